@@ -1,0 +1,231 @@
+"""The one interface every GPU backend implements.
+
+A ``Device`` is one GPU as the rest of the project sees it: who it is (``DeviceIdentity``), what
+may be set on it (``DeviceCapabilities``), setters and resets for locked clocks, the power limit and
+the clock offset, and telemetry (energy counter, power, clocks, temperature, clock-event reasons).
+
+Units are in the names and converted once, in the backend: NVML speaks mW, mJ and MHz; this
+interface speaks mW/mJ for raw telemetry (``power_mw``, ``energy_mj``) so meters can integrate
+without rounding, W for the power limit a user types (``power_limit_w``), and MHz for clocks.
+
+Two methods exist for the simulated GPU's sake and are harmless on real hardware:
+
+- ``now_s()`` is the device's own clock: ``time.perf_counter()`` on a real GPU, the virtual
+  clock on the simulated one (whose time advances by the modelled duration of each kernel call).
+  Meters and measurement windows read time from here, never from ``time`` directly.
+- ``on_kernel_call(work)`` tells the device that one kernel call of that size just finished. A
+  real GPU ignores it (the work happened on it); the simulated GPU advances its virtual clock and
+  energy counter by the model and says whether the call was faulted (below its stability
+  threshold), so the trial can corrupt the real output as unstable silicon would.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+Backend = Literal["nvml", "sim"]
+Peak = Literal["fp64", "fp32", "tf32", "bf16", "fp16"]
+
+
+class ClockEventReason(enum.IntFlag):
+    """Why the SM clock is below its maximum, with NVML's bit values (``nvmlClocksEventReason*``)."""
+
+    NONE = 0
+    GPU_IDLE = 0x1
+    APPLICATIONS_CLOCKS_SETTING = 0x2
+    SW_POWER_CAP = 0x4
+    HW_SLOWDOWN = 0x8
+    SYNC_BOOST = 0x10
+    SW_THERMAL_SLOWDOWN = 0x20
+    HW_THERMAL_SLOWDOWN = 0x40
+    HW_POWER_BRAKE_SLOWDOWN = 0x80
+    DISPLAY_CLOCK_SETTING = 0x100
+
+    def names(self) -> list[str]:
+        """The set reasons as snake-case names (``["sw_power_cap", ...]``), for results."""
+        return [r.name.lower() for r in ClockEventReason if r and r in self]  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """Who a GPU is. ``uuid`` and ``pci_bus_id`` are stable; ``index`` is NVML's (PCI order)."""
+
+    index: int  # NVML index (PCI bus order), not CUDA's numbering
+    uuid: str  # "GPU-xxxxxxxx-..." as NVML prints it
+    pci_bus_id: str  # "00000000:07:00.0"
+    name: str  # marketing name, e.g. "NVIDIA A100-SXM4-40GB"
+    architecture: str  # "volta", "ampere", "hopper", ...
+    driver_version: str  # e.g. "550.54.15"
+    backend: Backend  # "nvml" (real driver) or "sim" (simulated NVML)
+
+
+@dataclass(frozen=True)
+class DeviceCapabilities:
+    """What may be set on a GPU, as its driver reports it."""
+
+    mem_clocks_mhz: tuple[int, ...]  # supported memory clocks, descending as NVML lists them
+    sm_clocks_mhz: dict[int, tuple[int, ...]]  # memory clock -> supported SM clocks, descending
+    power_limit_min_w: float  # lowest settable power limit
+    power_limit_max_w: float  # highest settable power limit
+    power_limit_default_w: float  # the board's default limit
+    clock_offset_range_mhz: tuple[int, int] | None  # (min, max) GPC offset, None if unsupported
+    has_energy_counter: bool  # Volta and newer: cumulative mJ since driver load
+
+    @property
+    def max_mem_clock_mhz(self) -> int:
+        """The highest memory clock (the one the device runs at by default)."""
+        return max(self.mem_clocks_mhz)
+
+    def supported_sm_clocks_mhz(self, mem_clock_mhz: int | None = None) -> tuple[int, ...]:
+        """SM clocks supported at a memory clock (the default memory clock if None), ascending."""
+        mem = self.max_mem_clock_mhz if mem_clock_mhz is None else mem_clock_mhz
+        return tuple(sorted(self.sm_clocks_mhz.get(mem, ())))
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    """The settable state of a GPU, as far as the driver lets us read it.
+
+    NVML has no getter for locked clocks, so ``sm_clock_locked_mhz`` and ``mem_clock_locked_mhz``
+    are what this process last set (None: not set by us). The guard therefore restores locked
+    clocks by resetting them, which is what the driver's default is.
+    """
+
+    power_limit_w: float  # current (management) power limit
+    clock_offset_mhz: int | None  # current GPC clock offset, None if unsupported
+    sm_clock_locked_mhz: tuple[int, int] | None = None  # (min, max) if we locked it
+    mem_clock_locked_mhz: tuple[int, int] | None = None  # (min, max) if we locked it
+
+
+@dataclass(frozen=True)
+class KernelWork:
+    """The size of one kernel call, for the simulated GPU's roofline and fault model."""
+
+    flops: float  # floating-point operations of one call
+    bytes_moved: float  # the fewest bytes one call must move to and from device memory
+    peak: Peak  # which compute roof applies (fp32, tf32, bf16, ...)
+    kernel_class: str  # the workload name: stability thresholds differ per kernel class
+    framework: str = ""  # "jax" or "tensorflow": a sim scenario may depend on it
+
+
+class Fault(enum.Enum):
+    """What the device did to one kernel call (only the simulated GPU ever says other than NONE)."""
+
+    NONE = "none"  # the call computed what it should
+    CORRUPT = "corrupt"  # one element of the output has a flipped bit
+    CRASH = "crash"  # the call brought the process down (the trial records `crash`)
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """One reading of every sensor, for ``dvfs devices`` and trial records."""
+
+    energy_mj: int | None  # cumulative counter, None where the device has none
+    power_mw: int
+    sm_clock_mhz: int
+    mem_clock_mhz: int
+    temperature_c: int
+    clock_event_reasons: ClockEventReason = ClockEventReason.NONE
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Device(abc.ABC):
+    """One GPU. Backends: ``NvmlDevice`` over nvidia-ml-py, and the same class over the sim."""
+
+    identity: DeviceIdentity
+
+    # --- what may be set -------------------------------------------------------------------
+    @abc.abstractmethod
+    def capabilities(self) -> DeviceCapabilities:
+        """Supported clocks, power-limit range and default, offset range, energy counter."""
+
+    @abc.abstractmethod
+    def settings(self) -> DeviceSettings:
+        """The current settable state (see ``DeviceSettings`` for what NVML cannot read)."""
+
+    # --- setters and resets (only the guard calls these) -----------------------------------
+    @abc.abstractmethod
+    def set_locked_sm_clocks(self, min_mhz: int, max_mhz: int) -> None:
+        """Lock the SM (graphics) clock into [min_mhz, max_mhz]."""
+
+    @abc.abstractmethod
+    def reset_locked_sm_clocks(self) -> None:
+        """Let the SM clock float again (the driver's default)."""
+
+    @abc.abstractmethod
+    def set_locked_mem_clocks(self, min_mhz: int, max_mhz: int) -> None:
+        """Lock the memory clock into [min_mhz, max_mhz]."""
+
+    @abc.abstractmethod
+    def reset_locked_mem_clocks(self) -> None:
+        """Let the memory clock float again."""
+
+    @abc.abstractmethod
+    def set_power_limit_w(self, watts: float) -> None:
+        """Set the power-management limit in watts."""
+
+    @abc.abstractmethod
+    def set_clock_offset_mhz(self, offset_mhz: int) -> None:
+        """Set the GPC clock offset (0 is the default)."""
+
+    # --- telemetry ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def energy_mj(self) -> int:
+        """Cumulative energy since driver load in mJ; DeviceNotSupportedError before Volta."""
+
+    @abc.abstractmethod
+    def power_mw(self) -> int:
+        """Current board power draw in mW."""
+
+    @abc.abstractmethod
+    def sm_clock_mhz(self) -> int:
+        """Current SM clock."""
+
+    @abc.abstractmethod
+    def mem_clock_mhz(self) -> int:
+        """Current memory clock."""
+
+    @abc.abstractmethod
+    def temperature_c(self) -> int:
+        """GPU core temperature."""
+
+    @abc.abstractmethod
+    def clock_event_reasons(self) -> ClockEventReason:
+        """Why the clock is where it is right now (power cap, thermal, user setting...)."""
+
+    def telemetry(self) -> Telemetry:
+        """Read every sensor once."""
+        try:
+            energy: int | None = self.energy_mj()
+        except Exception:  # noqa: BLE001 - a device without a counter still has telemetry
+            energy = None
+        return Telemetry(
+            energy_mj=energy,
+            power_mw=self.power_mw(),
+            sm_clock_mhz=self.sm_clock_mhz(),
+            mem_clock_mhz=self.mem_clock_mhz(),
+            temperature_c=self.temperature_c(),
+            clock_event_reasons=self.clock_event_reasons(),
+        )
+
+    # --- time and work (see the module docstring) ------------------------------------------
+    def now_s(self) -> float:
+        """The device's clock in seconds (wall clock on real hardware)."""
+        return time.perf_counter()
+
+    def idle(self, seconds: float) -> None:
+        """Let the device sit idle (settle time): sleep on hardware, advance the sim's clock."""
+        if seconds > 0:
+            time.sleep(seconds)
+
+    def on_kernel_call(self, work: KernelWork) -> Fault:
+        """Account one finished kernel call; real hardware did the work itself."""
+        del work
+        return Fault.NONE
+
+    def close(self) -> None:
+        """Release the handle (the backend shuts NVML down when its last device closes)."""
