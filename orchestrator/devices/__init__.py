@@ -1,0 +1,167 @@
+"""GPU backends behind one ``Device`` interface.
+
+``open_backend(device_cfg)`` returns an initialised backend: the NVML adapter over nvidia-ml-py's
+``pynvml`` (``backend=nvml``) or over the simulated NVML (``backend=sim``). Both hand out
+``Device`` objects; nothing above this package imports ``pynvml``.
+
+Where the simulated machine's state and the guard's journal live is decided here, once:
+
+- sim state: ``device.state_dir``, else ``$DVFS_SIM_STATE_DIR``, else a directory under
+  ``~/.cache/dvfs/sim`` named after the machine's spec (profile, count, seed, scenario), so that
+  two different simulated machines never share state. The chosen directory is exported as
+  ``DVFS_SIM_STATE_DIR`` so that child processes (Ray workers, ``dvfs restore``) see the same GPUs.
+- journal: ``device.journal_dir``, else ``$DVFS_JOURNAL_DIR``, else ``<sim state>/journal`` on
+  the sim, ``/var/lib/dvfs/journal`` as root or ``~/.local/state/dvfs/journal`` on real GPUs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from orchestrator.devices.base import (
+    ClockEventReason,
+    Device,
+    DeviceCapabilities,
+    DeviceIdentity,
+    DeviceSettings,
+    Fault,
+    KernelWork,
+)
+from orchestrator.devices.nvml import NvmlBackend, NvmlDevice
+from orchestrator.errors import DeviceNotFoundError, UserError
+
+__all__ = [
+    "ClockEventReason",
+    "Device",
+    "DeviceCapabilities",
+    "DeviceIdentity",
+    "DeviceSettings",
+    "Fault",
+    "KernelWork",
+    "NvmlBackend",
+    "NvmlDevice",
+    "journal_dir",
+    "open_backend",
+    "select_devices",
+    "sim_state_dir",
+]
+
+SIM_STATE_ENV = "DVFS_SIM_STATE_DIR"
+JOURNAL_ENV = "DVFS_JOURNAL_DIR"
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    return cfg.get(key, default) if isinstance(cfg, dict) else getattr(cfg, key, default)
+
+
+def _sim_spec(cfg: Any) -> dict[str, Any]:
+    planted = _get(cfg, "planted_thresholds")
+    if planted is not None and not isinstance(planted, dict):
+        from omegaconf import OmegaConf
+
+        planted = OmegaConf.to_container(planted, resolve=True)
+    return {
+        "profiles": _get(cfg, "profile", "a100_sxm4_40gb"),
+        "count": int(_get(cfg, "count", 1)),
+        "seed": int(_get(cfg, "seed", 0)),
+        "privileged": bool(_get(cfg, "privileged", True)),
+        "planted": planted,
+        "scenario": _get(cfg, "scenario"),
+        "energy_update_period_s": float(_get(cfg, "energy_update_period_s", 0.02)),
+    }
+
+
+def sim_state_dir(cfg: Any) -> Path:
+    """The simulated machine's state directory for this device config (see module docstring)."""
+    explicit = _get(cfg, "state_dir") or os.environ.get(SIM_STATE_ENV)
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    spec = _sim_spec(cfg)
+    digest = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+    name = f"{spec['profiles']}x{spec['count']}-{digest}"
+    return Path.home() / ".cache" / "dvfs" / "sim" / name
+
+
+def journal_dir(cfg: Any) -> Path:
+    """Where the guard's journal for this backend lives (see module docstring)."""
+    explicit = _get(cfg, "journal_dir") or os.environ.get(JOURNAL_ENV)
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    if _get(cfg, "backend", "sim") == "sim":
+        return sim_state_dir(cfg) / "journal"
+    if os.geteuid() == 0:
+        return Path("/var/lib/dvfs/journal")
+    return Path.home() / ".local" / "state" / "dvfs" / "journal"
+
+
+def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend:
+    """Initialise NVML (real or simulated) for a ``device`` config and return the backend.
+
+    Args:
+        cfg: the ``device`` config (a DeviceConfig, DictConfig or dict).
+        join_existing: on the sim, use the machine already in the state directory whatever its
+            spec (``dvfs restore`` and ``dvfs devices`` join; a sweep insists on its own spec).
+
+    Raises:
+        UserError: an unknown backend or simulated profile, or no NVIDIA driver for ``nvml``.
+    """
+    backend = _get(cfg, "backend", "sim")
+    if backend == "nvml":
+        try:
+            import pynvml
+        except ImportError as e:  # pragma: no cover - nvidia-ml-py is a dependency
+            raise UserError("nvidia-ml-py is not installed: pip install nvidia-ml-py") from e
+        return NvmlBackend(pynvml, "nvml")
+    if backend == "sim":
+        from orchestrator.devices.sim import nvml as sim_nvml
+        from orchestrator.devices.sim.state import create_machine
+        from orchestrator.devices.sim_device import SimBackend
+
+        state = sim_state_dir(cfg)
+        if not (join_existing and (state / "machine.json").exists()):
+            create_machine(state, **_sim_spec(cfg))
+        os.environ[SIM_STATE_ENV] = str(state)
+        return SimBackend(sim_nvml, "sim")
+    raise UserError(f"device.backend={backend!r} is not one of: sim, nvml")
+
+
+def nvml_available() -> bool:
+    """True if the real NVML initialises and sees at least one GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - any failure means "no usable NVML here"
+        return False
+    try:
+        return pynvml.nvmlDeviceGetCount() > 0
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def select_devices(backend: NvmlBackend, gpus: list[Any] | None) -> list[Device]:
+    """The devices named by ``device.gpus`` (indices or UUIDs), or all of them.
+
+    Raises:
+        DeviceNotFoundError: a named GPU does not exist (the message lists those that do).
+    """
+    if gpus is None:
+        return list(backend.devices())
+    chosen: list[Device] = []
+    for g in gpus:
+        if isinstance(g, str) and not g.isdigit():
+            chosen.append(backend.device(uuid=g) if g.startswith(("GPU-", "MIG-")) else backend.device(pci_bus_id=g))
+        else:
+            chosen.append(backend.device(index=int(g)))
+    if len({d.identity.uuid for d in chosen}) != len(chosen):
+        raise DeviceNotFoundError(f"device.gpus={list(gpus)} names a GPU twice")
+    return chosen

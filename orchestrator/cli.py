@@ -1,0 +1,197 @@
+"""``dvfs``: the command line.
+
+    dvfs sweep [-m] [HYDRA OVERRIDES...]   run one trial, or a grid with -m (Hydra multirun)
+    dvfs devices [OVERRIDES...] [--json]   list the GPUs of a backend and what may be set
+    dvfs restore [OVERRIDES...]            put back whatever a killed process left changed
+    dvfs report DIR... [--out DIR]         plots, recommendations and thresholds of sweeps
+
+``devices`` and ``restore`` take the same Hydra overrides as ``sweep`` (``device=sim
+device.count=4``), so one vocabulary names a machine everywhere. Bad input is one line on stderr
+and exit code 2; no traceback for a user's mistake. This module imports neither JAX, TensorFlow
+nor Ray, so ``dvfs --help``, ``dvfs devices`` and ``dvfs report`` start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from orchestrator.errors import DvfsError, UserError
+
+USAGE = """\
+dvfs: GPU energy and stability experiments.
+
+commands:
+  sweep [-m] [OVERRIDES...]      run one trial, or a grid with -m (Hydra multirun syntax)
+  devices [OVERRIDES...] [--json]
+                                 list GPUs: identity, supported clocks, power-limit range, settings
+  restore [OVERRIDES...]         restore devices a killed process left changed (from the journal)
+  report DIR... [--out DIR]      energy Pareto fronts, optimal settings, thresholds, plots
+
+examples:
+  dvfs sweep -m workload=gemm,stencil framework=jax,tensorflow device.sm_clock_mhz=range(510,1411,150)
+  dvfs devices device=sim device.count=4 --json
+  dvfs report multirun/2026-12-02/15-00-00
+
+`dvfs sweep --help` shows the configuration groups and every setting.
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dvfs`` console script; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE, end="")
+        return 0
+    command, rest = args[0], args[1:]
+    commands = {"sweep": _sweep, "devices": _devices, "restore": _restore, "report": _report}
+    if command not in commands:
+        print(f"dvfs: unknown command {command!r}; commands: {', '.join(commands)}", file=sys.stderr)
+        return 2
+    try:
+        return commands[command](rest)
+    except DvfsError as e:
+        print(f"dvfs {command}: error: {e}", file=sys.stderr)
+        return getattr(e, "exit_code", 1)
+    except KeyboardInterrupt:
+        print(f"dvfs {command}: interrupted", file=sys.stderr)
+        return 130
+
+
+# --- sweep ------------------------------------------------------------------------------------
+def _sweep(rest: list[str]) -> int:
+    from orchestrator.app import run_sweep
+
+    return run_sweep(rest)
+
+
+# --- devices ----------------------------------------------------------------------------------
+def _split(rest: list[str], prog: str, description: str) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog=f"dvfs {prog}", description=description)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. device=sim device.count=4")
+    if prog == "devices":
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+    ns = _parse(parser, rest)
+    return ns, ns.overrides
+
+
+def _parse(parser: argparse.ArgumentParser, rest: list[str]) -> argparse.Namespace:
+    """argparse exits 2 on bad flags already; keep its message to one line."""
+    return parser.parse_args(rest)
+
+
+def _device_cfg(overrides: list[str]) -> tuple[Any, str | None]:
+    """The ``device`` config to use, and a note when we fell back to the simulated GPU."""
+    from orchestrator.config import compose, validate_static
+    from orchestrator.devices import nvml_available
+
+    chose_backend = any(o.split("=", 1)[0].lstrip("+~") in ("device", "device.backend") for o in overrides)
+    note = None
+    if not chose_backend:
+        if nvml_available():
+            overrides = ["device=nvml", *overrides]
+        else:
+            note = "note: NVML finds no NVIDIA GPU here; showing the simulated GPU (device=sim)"
+    cfg = compose(overrides)
+    validate_static(cfg)
+    return cfg.device, note
+
+
+def _devices(rest: list[str]) -> int:
+    from orchestrator.devices import open_backend, select_devices
+
+    ns, overrides = _split(rest, "devices", "List the GPUs of a backend and what may be set.")
+    device_cfg, note = _device_cfg(overrides)
+    with open_backend(device_cfg, join_existing=True) as backend:
+        devices = select_devices(backend, device_cfg.gpus)
+        listing = [_describe(d) for d in devices]
+    if ns.json:
+        print(json.dumps({"backend": device_cfg.backend, "note": note, "devices": listing}, indent=2))
+        return 0
+    if note:
+        print(note)
+    for d in listing:
+        print(_format_device(d))
+    if not listing:
+        print("no GPUs")
+    return 0
+
+
+def _describe(device: Any) -> dict[str, Any]:
+    caps = device.capabilities()
+    clocks = caps.supported_sm_clocks_mhz()
+    settings = device.settings()
+    tele = device.telemetry()
+    return {
+        **asdict(device.identity),
+        "sm_clock_min_mhz": clocks[0] if clocks else None,
+        "sm_clock_max_mhz": clocks[-1] if clocks else None,
+        "sm_clock_count": len(clocks),
+        "mem_clocks_mhz": sorted(caps.mem_clocks_mhz),
+        "power_limit_min_w": caps.power_limit_min_w,
+        "power_limit_max_w": caps.power_limit_max_w,
+        "power_limit_default_w": caps.power_limit_default_w,
+        "clock_offset_range_mhz": list(caps.clock_offset_range_mhz) if caps.clock_offset_range_mhz else None,
+        "has_energy_counter": caps.has_energy_counter,
+        "power_limit_w": settings.power_limit_w,
+        "clock_offset_mhz": settings.clock_offset_mhz,
+        "sm_clock_mhz": tele.sm_clock_mhz,
+        "mem_clock_mhz": tele.mem_clock_mhz,
+        "power_w": tele.power_mw / 1000.0,
+        "temperature_c": tele.temperature_c,
+        "energy_j": None if tele.energy_mj is None else tele.energy_mj / 1000.0,
+        "clock_event_reasons": tele.clock_event_reasons.names(),
+    }
+
+
+def _format_device(d: dict[str, Any]) -> str:
+    offset = d["clock_offset_range_mhz"]
+    lines = [
+        f"[{d['index']}] {d['name']}  {d['uuid']}  pci {d['pci_bus_id']}  ({d['backend']}, driver {d['driver_version']}, {d['architecture']})",
+        f"    SM clocks     {d['sm_clock_min_mhz']}-{d['sm_clock_max_mhz']} MHz ({d['sm_clock_count']} supported)"
+        f"   memory {', '.join(map(str, d['mem_clocks_mhz']))} MHz",
+        f"    power limit   {d['power_limit_min_w']:g}-{d['power_limit_max_w']:g} W (default {d['power_limit_default_w']:g} W)"
+        f"   clock offset {f'{offset[0]}..{offset[1]} MHz' if offset else 'unsupported'}",
+        f"    now           SM {d['sm_clock_mhz']} MHz, memory {d['mem_clock_mhz']} MHz, limit {d['power_limit_w']:g} W, "
+        f"{d['power_w']:.0f} W, {d['temperature_c']} C"
+        + (f", energy counter {d['energy_j']:.1f} J" if d["energy_j"] is not None else ", no energy counter"),
+    ]
+    return "\n".join(lines)
+
+
+# --- restore ----------------------------------------------------------------------------------
+def _restore(rest: list[str]) -> int:
+    from orchestrator.devices import journal_dir, open_backend
+    from orchestrator.guard import Journal, restore_journal
+
+    _, overrides = _split(rest, "restore", "Restore devices a killed process left changed.")
+    device_cfg, _ = _device_cfg(overrides)
+    directory = journal_dir(device_cfg)
+    if not directory.exists() or not any(directory.glob("*.json")):
+        print(f"nothing to restore (journal {directory} is empty)")
+        return 0
+    journal = Journal(directory)
+    with open_backend(device_cfg, join_existing=True) as backend:
+        actions = restore_journal(journal, lambda uuid: backend.device(uuid=uuid))
+    for action in actions:
+        print(action.describe())
+    busy = [a for a in actions if a.skipped_reason]
+    print(f"restored {len(actions) - len(busy)} device(s) from {directory}" + (f", {len(busy)} in use" if busy else ""))
+    return 0
+
+
+# --- report -----------------------------------------------------------------------------------
+def _report(rest: list[str]) -> int:
+    try:
+        from analysis.report import main as report_main
+    except ImportError as e:  # pragma: no cover - analysis ships with the package
+        raise UserError(f"the analysis package is missing: {e}") from e
+    return report_main(rest)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,316 @@
+"""The NVML adapter: the one place that speaks nvidia-ml-py.
+
+``NvmlBackend`` takes the NVML *module* as a parameter: the real ``pynvml`` from nvidia-ml-py on a
+GPU machine, or ``orchestrator.devices.sim.nvml`` (a simulated NVML with the same functions,
+constants and error classes) everywhere else. The adapter is therefore the same code in CI and on
+hardware.
+
+NVML's errors never leave this module: ``_nvml_errors`` maps each to one of ours with a message that
+names the call, the GPU and what to do (no permission -> run as root or observe only; invalid
+argument -> the allowed values; not supported -> which call on which GPU).
+
+Devices are found by UUID or PCI bus id, never by CUDA's numbering: NVML numbers GPUs in PCI order
+and CUDA does not unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+from orchestrator.devices.base import (
+    Backend,
+    ClockEventReason,
+    Device,
+    DeviceCapabilities,
+    DeviceIdentity,
+    DeviceSettings,
+)
+from orchestrator.errors import (
+    DeviceError,
+    DeviceLostError,
+    DeviceNotFoundError,
+    DeviceNotSupportedError,
+    DevicePermissionError,
+    InvalidSettingError,
+)
+
+_ARCHITECTURES = {
+    2: "kepler",
+    3: "maxwell",
+    4: "pascal",
+    5: "volta",
+    6: "turing",
+    7: "ampere",
+    8: "ada",
+    9: "hopper",
+    10: "blackwell",
+}
+
+_PERMISSION_HINT = (
+    "changing clocks and power limits needs root (or `nvidia-smi -acp UNRESTRICTED` for "
+    "application clocks); run as root, or set device.observe_only=true to measure at the "
+    "current settings"
+)
+
+
+def _text(value: Any) -> str:
+    """nvidia-ml-py returns str in v12+ and bytes in older releases."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvmlBackend:
+    """An initialised NVML (real or simulated) and the devices it sees.
+
+    Use as a context manager, or call ``close()``: NVML is reference-counted, so every
+    ``nvmlInit`` here is paired with one ``nvmlShutdown``.
+    """
+
+    def __init__(self, nvml: ModuleType, backend: Backend = "nvml") -> None:
+        self.nvml = nvml
+        self.backend: Backend = backend
+        self._lock = threading.Lock()
+        with _nvml_errors(nvml, "nvmlInit", "the driver"):
+            nvml.nvmlInit()
+        self._open = True
+        with _nvml_errors(nvml, "nvmlSystemGetDriverVersion", "the driver"):
+            self.driver_version = _text(nvml.nvmlSystemGetDriverVersion())
+
+    def __enter__(self) -> NvmlBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Shut NVML down (once)."""
+        if self._open:
+            self._open = False
+            with contextlib.suppress(Exception):
+                self.nvml.nvmlShutdown()
+
+    def count(self) -> int:
+        """How many GPUs NVML sees."""
+        with _nvml_errors(self.nvml, "nvmlDeviceGetCount", "the driver"):
+            return int(self.nvml.nvmlDeviceGetCount())
+
+    def devices(self) -> list[NvmlDevice]:
+        """Every GPU, in NVML (PCI) order."""
+        return [self.device(index=i) for i in range(self.count())]
+
+    def device(
+        self, index: int | None = None, *, uuid: str | None = None, pci_bus_id: str | None = None
+    ) -> NvmlDevice:
+        """One GPU by UUID, PCI bus id or NVML index (in that order of preference)."""
+        nvml = self.nvml
+        if uuid is not None:
+            what, call, arg = f"UUID {uuid}", nvml.nvmlDeviceGetHandleByUUID, uuid
+        elif pci_bus_id is not None:
+            what, call, arg = f"PCI bus id {pci_bus_id}", nvml.nvmlDeviceGetHandleByPciBusId, pci_bus_id
+        elif index is not None:
+            count = self.count()
+            if not 0 <= index < count:
+                raise DeviceNotFoundError(
+                    f"no GPU with index {index}: this machine has {count} "
+                    f"(valid indices: {', '.join(map(str, range(count))) or 'none'})"
+                )
+            what, call, arg = f"index {index}", nvml.nvmlDeviceGetHandleByIndex, index
+        else:
+            raise ValueError("device() needs an index, a uuid or a pci_bus_id")
+        try:
+            handle = call(arg)
+        except nvml.NVMLError as e:
+            if isinstance(e, (nvml.NVMLError_NotFound, nvml.NVMLError_InvalidArgument)):
+                raise DeviceNotFoundError(f"no GPU with {what} ({e})") from e
+            raise _translate(nvml, e, call.__name__, what) from e
+        return self._make_device(handle)
+
+    def _make_device(self, handle: Any) -> NvmlDevice:
+        return NvmlDevice(self, handle)
+
+
+class NvmlDevice(Device):
+    """One GPU behind an NVML handle (the same class over the real and the simulated NVML)."""
+
+    def __init__(self, backend: NvmlBackend, handle: Any) -> None:
+        self._backend = backend
+        self._nvml = backend.nvml
+        self._handle = handle
+        self._locked_sm: tuple[int, int] | None = None
+        self._locked_mem: tuple[int, int] | None = None
+        self._caps: DeviceCapabilities | None = None
+        nvml = self._nvml
+        with _nvml_errors(nvml, "identity queries", "a GPU"):
+            index = int(nvml.nvmlDeviceGetIndex(handle))
+            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            name = _text(nvml.nvmlDeviceGetName(handle))
+            pci = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+            try:
+                arch = _ARCHITECTURES.get(int(nvml.nvmlDeviceGetArchitecture(handle)), "unknown")
+            except nvml.NVMLError_NotSupported:
+                arch = "unknown"
+        self.identity = DeviceIdentity(
+            index=index,
+            uuid=uuid,
+            pci_bus_id=pci,
+            name=name,
+            architecture=arch,
+            driver_version=backend.driver_version,
+            backend=backend.backend,
+        )
+
+    def __repr__(self) -> str:
+        i = self.identity
+        return f"<{type(self).__name__} {i.index} {i.name} {i.uuid}>"
+
+    # --- plumbing ----------------------------------------------------------------------------
+    def _call(self, fn: str, *args: Any) -> Any:
+        with _nvml_errors(self._nvml, fn, f"GPU {self.identity.index} ({self.identity.uuid})"):
+            return getattr(self._nvml, fn)(self._handle, *args)
+
+    # --- what may be set ---------------------------------------------------------------------
+    def capabilities(self) -> DeviceCapabilities:
+        if self._caps is None:
+            nvml = self._nvml
+            mem = tuple(int(m) for m in self._call("nvmlDeviceGetSupportedMemoryClocks"))
+            sm = {m: tuple(int(c) for c in self._call("nvmlDeviceGetSupportedGraphicsClocks", m)) for m in mem}
+            lo_mw, hi_mw = self._call("nvmlDeviceGetPowerManagementLimitConstraints")
+            default_mw = self._call("nvmlDeviceGetPowerManagementDefaultLimit")
+            try:
+                offsets = tuple(int(v) for v in self._call("nvmlDeviceGetGpcClkMinMaxVfOffset"))
+                offset_range: tuple[int, int] | None = (offsets[0], offsets[1])
+            except DeviceNotSupportedError:
+                offset_range = None
+            try:
+                self._call("nvmlDeviceGetTotalEnergyConsumption")
+                has_energy = True
+            except DeviceNotSupportedError:
+                has_energy = False
+            del nvml
+            self._caps = DeviceCapabilities(
+                mem_clocks_mhz=mem,
+                sm_clocks_mhz=sm,
+                power_limit_min_w=lo_mw / 1000.0,
+                power_limit_max_w=hi_mw / 1000.0,
+                power_limit_default_w=default_mw / 1000.0,
+                clock_offset_range_mhz=offset_range,
+                has_energy_counter=has_energy,
+            )
+        return self._caps
+
+    def settings(self) -> DeviceSettings:
+        try:
+            offset: int | None = int(self._call("nvmlDeviceGetGpcClkVfOffset"))
+        except DeviceNotSupportedError:
+            offset = None
+        return DeviceSettings(
+            power_limit_w=self._call("nvmlDeviceGetPowerManagementLimit") / 1000.0,
+            clock_offset_mhz=offset,
+            sm_clock_locked_mhz=self._locked_sm,
+            mem_clock_locked_mhz=self._locked_mem,
+        )
+
+    # --- setters -----------------------------------------------------------------------------
+    def set_locked_sm_clocks(self, min_mhz: int, max_mhz: int) -> None:
+        with self._allowed(f"SM clocks must lie in {self._sm_range()} MHz"):
+            self._call("nvmlDeviceSetGpuLockedClocks", int(min_mhz), int(max_mhz))
+        self._locked_sm = (int(min_mhz), int(max_mhz))
+
+    def reset_locked_sm_clocks(self) -> None:
+        self._call("nvmlDeviceResetGpuLockedClocks")
+        self._locked_sm = None
+
+    def set_locked_mem_clocks(self, min_mhz: int, max_mhz: int) -> None:
+        mems = ", ".join(map(str, sorted(self.capabilities().mem_clocks_mhz)))
+        with self._allowed(f"supported memory clocks: {mems} MHz"):
+            self._call("nvmlDeviceSetMemoryLockedClocks", int(min_mhz), int(max_mhz))
+        self._locked_mem = (int(min_mhz), int(max_mhz))
+
+    def reset_locked_mem_clocks(self) -> None:
+        self._call("nvmlDeviceResetMemoryLockedClocks")
+        self._locked_mem = None
+
+    def set_power_limit_w(self, watts: float) -> None:
+        caps = self.capabilities()
+        with self._allowed(f"power limit must lie in {caps.power_limit_min_w:g}-{caps.power_limit_max_w:g} W"):
+            self._call("nvmlDeviceSetPowerManagementLimit", int(round(watts * 1000)))
+
+    def set_clock_offset_mhz(self, offset_mhz: int) -> None:
+        rng = self.capabilities().clock_offset_range_mhz
+        if rng is None:
+            raise DeviceNotSupportedError(
+                f"GPU {self.identity.index} ({self.identity.name}) does not support clock offsets"
+            )
+        with self._allowed(f"clock offset must lie in {rng[0]}..{rng[1]} MHz"):
+            self._call("nvmlDeviceSetGpcClkVfOffset", int(offset_mhz))
+
+    def _sm_range(self) -> str:
+        clocks = self.capabilities().supported_sm_clocks_mhz()
+        return f"{clocks[0]}-{clocks[-1]}" if clocks else "(none)"
+
+    @contextlib.contextmanager
+    def _allowed(self, allowed: str) -> Iterator[None]:
+        """Add the allowed values to the driver's INVALID_ARGUMENT answer."""
+        try:
+            yield
+        except InvalidSettingError as e:
+            raise InvalidSettingError(f"{e}; {allowed}") from e
+
+    # --- telemetry ---------------------------------------------------------------------------
+    def energy_mj(self) -> int:
+        return int(self._call("nvmlDeviceGetTotalEnergyConsumption"))
+
+    def power_mw(self) -> int:
+        return int(self._call("nvmlDeviceGetPowerUsage"))
+
+    def sm_clock_mhz(self) -> int:
+        return int(self._call("nvmlDeviceGetClockInfo", self._nvml.NVML_CLOCK_SM))
+
+    def mem_clock_mhz(self) -> int:
+        return int(self._call("nvmlDeviceGetClockInfo", self._nvml.NVML_CLOCK_MEM))
+
+    def temperature_c(self) -> int:
+        return int(self._call("nvmlDeviceGetTemperature", self._nvml.NVML_TEMPERATURE_GPU))
+
+    def clock_event_reasons(self) -> ClockEventReason:
+        fn = (
+            "nvmlDeviceGetCurrentClocksEventReasons"
+            if hasattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons")
+            else "nvmlDeviceGetCurrentClocksThrottleReasons"
+        )
+        bits = int(self._call(fn))
+        known = 0
+        for reason in ClockEventReason:
+            known |= reason.value
+        return ClockEventReason(bits & known)
+
+
+@contextlib.contextmanager
+def _nvml_errors(nvml: ModuleType, call: str, target: str) -> Iterator[None]:
+    """Turn an NVMLError raised inside into our error for ``call`` on ``target``."""
+    try:
+        yield
+    except nvml.NVMLError as e:
+        raise _translate(nvml, e, call, target) from e
+
+
+def _translate(nvml: ModuleType, e: Exception, call: str, target: str) -> Exception:
+    """Map one NVMLError to our hierarchy with a message that says what to do."""
+    if isinstance(e, nvml.NVMLError_NoPermission):
+        return DevicePermissionError(f"{call} on {target} was refused: {_PERMISSION_HINT}")
+    if isinstance(e, nvml.NVMLError_NotSupported):
+        return DeviceNotSupportedError(f"{call} is not supported on {target}")
+    if isinstance(e, nvml.NVMLError_InvalidArgument):
+        return InvalidSettingError(f"{call} on {target} rejected the value")
+    if isinstance(e, nvml.NVMLError_GpuIsLost):
+        return DeviceLostError(
+            f"{target} has fallen off the bus (NVML: GPU is lost) during {call}; it needs a reset"
+        )
+    if isinstance(e, (nvml.NVMLError_LibraryNotFound, nvml.NVMLError_DriverNotLoaded)):
+        return DeviceNotFoundError(
+            f"NVML is not available ({e}): no NVIDIA driver on this machine; use device=sim"
+        )
+    return DeviceError(f"{call} on {target} failed: NVML error {e}")
