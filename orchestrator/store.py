@@ -1,0 +1,552 @@
+"""The durable results store: one row per finished trial, written the moment it ends.
+
+A sweep keeps its results in ``<sweep_dir>/trials.sqlite``, an SQLite database in WAL
+(write-ahead log) mode. SQLite, and not a file of appended JSON lines or pickles, because:
+
+- **Durable per row.** Every :meth:`ResultStore.put` is one committed transaction under
+  ``synchronous=FULL``: when ``put`` returns, the row is on disk. A sweep killed with SIGKILL (or a
+  machine that loses power) loses at most the trial that was in flight, never a stored one.
+- **Crash-safe file.** A store left half-written by a killed process still opens: SQLite replays
+  or discards the write-ahead log on the next open (WAL recovery), so there is no torn last line
+  to repair and no partial row to misread.
+- **Readers beside the writer.** In WAL mode readers never block the writer and the writer never
+  blocks readers, so ``dvfs report`` can read a sweep that is still running and sees every row
+  committed so far.
+- **Idempotent re-runs.** ``(trial_key, repeat)`` is a UNIQUE key. A sweep re-run into the same
+  directory, or a Ray task retried after an ``ActorDiedError`` that had in fact finished, cannot
+  store a trial twice: the second ``put`` returns ``False`` and the first row is kept.
+- **Several writers.** Writer processes are serialised by SQLite's own file locking; each waits
+  up to ``busy_timeout_s`` for the lock instead of failing, so no row is lost.
+- **No pickle.** A row is stored as JSON text (plus a few indexed columns), readable by any
+  SQLite client and safe to open from an untrusted source.
+
+Rows are flat dicts of JSON values (see the row schema in ``shared/DESIGN.md``); NumPy scalars and
+arrays, paths, sets and enums are converted on the way in. Non-finite floats are written as
+Python's JSON writes them (``NaN``, ``Infinity``) and read back as floats. Sweep-level context
+(the resolved config, library versions, the commit) lives beside the rows in a ``meta`` table
+(:meth:`ResultStore.put_meta`).
+
+The schema version is SQLite's ``PRAGMA user_version``. A store written by a newer version of this
+code is refused with :class:`StoreSchemaError`; a file that is not an SQLite database, or a
+malformed one, with :class:`CorruptStoreError`, and the file is left exactly as it was.
+
+Units: ``started_at`` and ``ended_at`` are Unix seconds; every other unit is in the column's name.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path, PurePath
+from typing import Any
+
+from orchestrator.errors import UserError
+
+SCHEMA_VERSION = 1
+STORE_FILENAME = "trials.sqlite"
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_DEFAULT_BUSY_TIMEOUT_S = 60.0
+
+# Columns copied out of the row beside its JSON, so that SQL queries can filter on them.
+_INDEXED_COLUMNS = ("status", "device_uuid", "workload", "framework", "started_at")
+
+_SCHEMA_SQL = f"""
+CREATE TABLE trials (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    trial_key   TEXT    NOT NULL,
+    repeat      INTEGER NOT NULL,
+    status      TEXT,
+    device_uuid TEXT,
+    workload    TEXT,
+    framework   TEXT,
+    started_at  REAL,
+    stored_at   REAL    NOT NULL,
+    row_json    TEXT    NOT NULL,
+    UNIQUE (trial_key, repeat)
+);
+CREATE INDEX trials_status      ON trials (status);
+CREATE INDEX trials_device_uuid ON trials (device_uuid);
+CREATE INDEX trials_workload    ON trials (workload);
+CREATE INDEX trials_framework   ON trials (framework);
+CREATE INDEX trials_started_at  ON trials (started_at);
+CREATE TABLE meta (
+    key        TEXT PRIMARY KEY,
+    value_json TEXT NOT NULL,
+    stored_at  REAL NOT NULL
+);
+PRAGMA user_version = {SCHEMA_VERSION};
+"""
+
+
+class StoreError(UserError):
+    """A results store cannot be opened, read or written as asked."""
+
+
+class StoreNotFoundError(StoreError):
+    """No results store where one was expected."""
+
+
+class StoreSchemaError(StoreError):
+    """The store was written by a newer schema version than this code reads."""
+
+
+class CorruptStoreError(StoreError):
+    """The file is not an SQLite database, or is a malformed one; it is left in place."""
+
+
+def _to_json_value(value: Any, where: str) -> Any:
+    """Converts one row value to plain JSON types.
+
+    Args:
+        value: The value to convert.
+        where: Its path in the row, for the error message.
+
+    Returns:
+        The value as ``None``, ``bool``, ``int``, ``float``, ``str``, ``list`` or ``dict``.
+
+    Raises:
+        StoreError: The value has no JSON form.
+    """
+    if value is None:
+        return None
+    if isinstance(value, enum.Enum):  # before the base types: str- and int-valued enums
+        return _to_json_value(value.value, where)
+    for base in (bool, int, float, str):  # also NumPy's float64, a float subclass
+        if isinstance(value, base):
+            return base(value)
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if isinstance(k, enum.Enum):
+                k = k.value
+            if not isinstance(k, (str, int, float, bool)) and k is not None:
+                raise StoreError(f"row field {where!r}: key {k!r} is not a string")
+            out[str(k)] = _to_json_value(v, f"{where}.{k}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_to_json_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_to_json_value(v, f"{where}[]") for v in value), key=repr)
+    # NumPy without importing it: scalars have .item(), arrays .tolist().
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist) and hasattr(value, "dtype"):
+        return _to_json_value(tolist(), where)
+    item = getattr(value, "item", None)
+    if callable(item) and hasattr(value, "dtype"):
+        return _to_json_value(item(), where)
+    raise StoreError(
+        f"row field {where!r}: a {type(value).__name__} cannot be stored; "
+        "rows hold JSON values (numbers, strings, lists, dicts, None)"
+    )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=False, separators=(",", ":"))
+
+
+def _check_header(path: Path) -> None:
+    """Refuses a non-empty file that does not start with SQLite's magic string.
+
+    SQLite would refuse it too, but checking first guarantees that nothing ever writes to it.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise StoreError(f"cannot read results store {path}: {e.strerror}") from e
+    if head and head != _SQLITE_MAGIC:
+        raise CorruptStoreError(
+            f"{path} is not an SQLite results store (bad header); it was left untouched"
+        )
+
+
+class ResultStore:
+    """The trials of one sweep, in ``<sweep_dir>/trials.sqlite``.
+
+    Example:
+        >>> with ResultStore(sweep_dir) as store:  # doctest: +SKIP
+        ...     if not store.has(key, repeat):
+        ...         store.put(row)
+
+    Attributes:
+        path: The store file.
+        readonly: Whether this handle refuses writes.
+        schema_version: The schema version of the opened store.
+    """
+
+    def __init__(
+        self,
+        sweep_dir: str | Path,
+        *,
+        readonly: bool = False,
+        busy_timeout_s: float = _DEFAULT_BUSY_TIMEOUT_S,
+    ) -> None:
+        """Opens, or creates, the store of a sweep directory.
+
+        Args:
+            sweep_dir: The sweep directory, or the store file itself.
+            readonly: Open for reading only: nothing is created and ``put`` is refused.
+            busy_timeout_s: How long a write waits for another process's lock, in seconds.
+
+        Raises:
+            StoreNotFoundError: ``readonly`` and there is no store there.
+            StoreSchemaError: The store is from a newer schema version.
+            CorruptStoreError: The file is not an SQLite database or is malformed.
+            StoreError: The file or directory cannot be opened.
+        """
+        p = Path(sweep_dir)
+        if p.is_dir() or (not p.is_file() and p.suffix != Path(STORE_FILENAME).suffix):
+            p = p / STORE_FILENAME
+        self.path = p
+        self.readonly = readonly
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        if self.path.is_dir():
+            raise StoreError(f"{self.path} is a directory, not a results store")
+        if readonly and not self.path.exists():
+            raise StoreNotFoundError(f"no results store at {self.path}")
+        if self.path.exists():
+            _check_header(self.path)
+        elif not readonly:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"cannot create sweep directory {self.path.parent}: {e}") from e
+        try:
+            self._conn = self._connect(busy_timeout_s)
+            self.schema_version = self._prepare()
+        except sqlite3.DatabaseError as e:
+            self.close()
+            raise self._translate(e) from e
+        except BaseException:
+            self.close()
+            raise
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
+        if self.readonly:
+            uri = f"file:{self.path.resolve().as_posix()}?mode=ro"
+            conn = sqlite3.connect(
+                uri, uri=True, timeout=busy_timeout_s, isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA query_only = ON")
+        else:
+            conn = sqlite3.connect(
+                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        return conn
+
+    def _prepare(self) -> int:
+        """Checks the schema version and creates the tables of a new store.
+
+        Returns:
+            The schema version of the store (0 for an uninitialised store opened read-only).
+        """
+        conn = self._conn
+        assert conn is not None
+        check = conn.execute("PRAGMA quick_check").fetchall()
+        if check != [("ok",)]:
+            detail = "; ".join(str(r[0]) for r in check[:3])
+            raise CorruptStoreError(
+                f"{self.path} is a malformed SQLite database ({detail}); it was left untouched"
+            )
+        version = self._schema_version_and_check()  # before anything writes to the file
+        if self.readonly:
+            return version
+        # WAL is a property of the file: set once, kept by every later open.
+        self._retry_locked(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+        conn.execute("PRAGMA synchronous = FULL")
+        if version == 0:
+            # Creation is one transaction: a creator killed half-way leaves no tables at all.
+            # (executescript would commit on its own, so the statements run one by one.)
+            def create() -> None:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if self._read_user_version() == 0:  # another process may have won the race
+                        self._check_is_empty()
+                        for stmt in filter(None, (s.strip() for s in _SCHEMA_SQL.split(";"))):
+                            conn.execute(stmt)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+
+            self._retry_locked(create)
+            version = self._schema_version_and_check()
+        return version
+
+    def _read_user_version(self) -> int:
+        assert self._conn is not None
+        return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def _schema_version_and_check(self) -> int:
+        version = self._read_user_version()
+        if version > SCHEMA_VERSION:
+            raise StoreSchemaError(
+                f"{self.path} was written with store schema version {version}; this "
+                f"dvfs-orchestrator reads schema version {SCHEMA_VERSION} and older: "
+                "upgrade dvfs-orchestrator to read it"
+            )
+        if version == 0:
+            self._check_is_empty()
+        return version
+
+    def _check_is_empty(self) -> None:
+        """Refuses an SQLite database that has tables but is not one of our stores."""
+        assert self._conn is not None
+        tables = [
+            r[0]
+            for r in self._conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        if tables:
+            raise CorruptStoreError(
+                f"{self.path} is an SQLite database but not a dvfs results store "
+                f"(tables: {', '.join(sorted(tables))}); it was left untouched"
+            )
+
+    def _retry_locked(self, fn: Any) -> Any:
+        """Runs ``fn``, retrying while another process holds a lock SQLite did not wait on."""
+        deadline = time.monotonic() + _DEFAULT_BUSY_TIMEOUT_S
+        delay_s = 0.005
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as e:
+                msg = str(e).lower()
+                if ("locked" not in msg and "busy" not in msg) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay_s)
+                delay_s = min(delay_s * 2, 0.2)
+
+    def _translate(self, e: sqlite3.DatabaseError) -> StoreError:
+        if isinstance(e, sqlite3.OperationalError):
+            return StoreError(f"results store {self.path}: {e}")
+        return CorruptStoreError(
+            f"{self.path} is not a readable SQLite results store ({e}); it was left untouched"
+        )
+
+    # -- use --------------------------------------------------------------------------------
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"results store {self.path} is closed")
+        return self._conn
+
+    def _has_tables(self) -> bool:
+        return self.schema_version > 0
+
+    def put(self, row: Mapping[str, Any]) -> bool:
+        """Stores one trial row durably, unless its ``(trial_key, repeat)`` is stored already.
+
+        Args:
+            row: The trial's row: must hold ``trial_key`` (str) and ``repeat`` (int); every value
+                must have a JSON form (NumPy values are converted).
+
+        Returns:
+            True if the row was written; False if that key was stored before (the first row is
+            kept unchanged).
+
+        Raises:
+            StoreError: The row lacks its key, holds a value with no JSON form, or the store is
+                read-only.
+        """
+        if self.readonly:
+            raise StoreError(f"results store {self.path} was opened read-only")
+        clean = _to_json_value(dict(row), "row")
+        key = clean.get("trial_key")
+        repeat = clean.get("repeat")
+        if not isinstance(key, str) or not key:
+            raise StoreError(f"a trial row needs a non-empty string 'trial_key', got {key!r}")
+        if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
+            raise StoreError(f"a trial row needs an integer 'repeat' >= 0, got {repeat!r}")
+        indexed = []
+        for col in _INDEXED_COLUMNS:
+            v = clean.get(col)
+            if col == "started_at":
+                v = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+                v = v if v is None or math.isfinite(v) else None
+            else:
+                v = v if v is None or isinstance(v, str) else str(v)
+            indexed.append(v)
+        text = _dumps(clean)
+        db = self._db()
+
+        def insert() -> int:
+            db.execute("BEGIN IMMEDIATE")  # take the write lock first: no stale-snapshot BUSY
+            try:
+                cur = db.execute(
+                    "INSERT INTO trials (trial_key, repeat, status, device_uuid, workload, "
+                    "framework, started_at, stored_at, row_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (trial_key, repeat) DO NOTHING",
+                    (key, repeat, *indexed, time.time(), text),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            return cur.rowcount
+
+        with self._lock:
+            try:
+                return self._retry_locked(insert) == 1
+            except sqlite3.DatabaseError as e:
+                raise self._translate(e) from e
+
+    def has(self, trial_key: str, repeat: int = 0) -> bool:
+        """Whether a trial is stored.
+
+        Args:
+            trial_key: The trial's key.
+            repeat: The repeat index.
+
+        Returns:
+            True if a row with that key and repeat is stored.
+        """
+        if not self._has_tables():
+            return False
+        with self._lock:
+            cur = self._db().execute(
+                "SELECT 1 FROM trials WHERE trial_key = ? AND repeat = ?", (trial_key, int(repeat))
+            )
+            return cur.fetchone() is not None
+
+    def keys(self) -> set[tuple[str, int]]:
+        """Every stored ``(trial_key, repeat)``."""
+        if not self._has_tables():
+            return set()
+        with self._lock:
+            return {(k, int(r)) for k, r in self._db().execute("SELECT trial_key, repeat FROM trials")}
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every stored row, in the order they were stored.
+
+        Raises:
+            CorruptStoreError: A stored row is not valid JSON.
+        """
+        return list(self.iter_rows())
+
+    def iter_rows(self) -> Iterator[dict[str, Any]]:
+        """Yields every stored row, in the order they were stored (one read snapshot)."""
+        if not self._has_tables():
+            return
+        with self._lock:
+            try:
+                fetched = self._db().execute("SELECT id, row_json FROM trials ORDER BY id").fetchall()
+            except sqlite3.DatabaseError as e:
+                raise self._translate(e) from e
+        for row_id, text in fetched:
+            try:
+                yield json.loads(text)
+            except ValueError as e:
+                raise CorruptStoreError(f"{self.path}: row {row_id} is not valid JSON ({e})") from e
+
+    def __len__(self) -> int:
+        if not self._has_tables():
+            return 0
+        with self._lock:
+            return int(self._db().execute("SELECT COUNT(*) FROM trials").fetchone()[0])
+
+    def put_meta(self, key: str, value: Mapping[str, Any]) -> None:
+        """Stores (or replaces) one item of sweep-level context, e.g. the config or versions.
+
+        Args:
+            key: The item's name (``"sweep"``, ``"versions"``, ...).
+            value: A dict of JSON values.
+
+        Raises:
+            StoreError: The store is read-only or the value has no JSON form.
+        """
+        if self.readonly:
+            raise StoreError(f"results store {self.path} was opened read-only")
+        if not isinstance(value, Mapping):
+            raise StoreError(f"meta {key!r} must be a dict, got {type(value).__name__}")
+        text = _dumps(_to_json_value(dict(value), f"meta.{key}"))
+        db = self._db()
+
+        def upsert() -> None:
+            db.execute(
+                "INSERT INTO meta (key, value_json, stored_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value_json = excluded.value_json, "
+                "stored_at = excluded.stored_at",
+                (str(key), text, time.time()),
+            )
+
+        with self._lock:
+            try:
+                self._retry_locked(upsert)
+            except sqlite3.DatabaseError as e:
+                raise self._translate(e) from e
+
+    def get_meta(self, key: str) -> dict[str, Any] | None:
+        """One item of sweep-level context, or None if it was never stored."""
+        if not self._has_tables():
+            return None
+        with self._lock:
+            found = self._db().execute("SELECT value_json FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if found is None else json.loads(found[0])
+
+    def meta(self) -> dict[str, dict[str, Any]]:
+        """Every item of sweep-level context, by key."""
+        if not self._has_tables():
+            return {}
+        with self._lock:
+            found = self._db().execute("SELECT key, value_json FROM meta ORDER BY key").fetchall()
+        return {k: json.loads(v) for k, v in found}
+
+    def close(self) -> None:
+        """Closes the store; further calls raise StoreError. Closing twice is harmless."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "readonly" if self.readonly else "readwrite"
+        return f"ResultStore({str(self.path)!r}, {mode})"
+
+
+def find_stores(path: str | Path) -> list[Path]:
+    """Finds the results stores under a path.
+
+    Args:
+        path: A sweep directory, a directory holding sweep directories (a Hydra multirun
+            directory), at any depth, or a store file.
+
+    Returns:
+        The store files found, sorted; empty if there are none.
+
+    Raises:
+        StoreNotFoundError: The path does not exist.
+    """
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if not p.is_dir():
+        raise StoreNotFoundError(f"no such file or directory: {p}")
+    found = []
+    for root, dirs, files in os.walk(p):  # does not follow symlinked directories
+        dirs.sort()
+        if STORE_FILENAME in files:
+            found.append(Path(root) / STORE_FILENAME)
+    return sorted(found)

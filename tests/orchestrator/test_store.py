@@ -1,0 +1,232 @@
+"""The results store: durable, idempotent, safe with several writers and after a kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # the repository is not installed in the venv
+    sys.path.insert(0, str(ROOT))
+
+from orchestrator.errors import UserError  # noqa: E402
+from orchestrator.store import (  # noqa: E402
+    SCHEMA_VERSION,
+    STORE_FILENAME,
+    CorruptStoreError,
+    ResultStore,
+    StoreError,
+    StoreNotFoundError,
+    StoreSchemaError,
+    find_stores,
+)
+
+
+def row(key: str, repeat: int = 0, **extra) -> dict:
+    return {"trial_key": key, "repeat": repeat, "status": "ok", "workload": "gemm",
+            "framework": "jax", "device_uuid": "GPU-1", "started_at": 1.7e9, **extra}
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from orchestrator.store import ResultStore
+    sweep_dir, prefix, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    store = ResultStore(sweep_dir)
+    for i in range(n):
+        store.put({"trial_key": f"{prefix}-{i}", "repeat": 0, "status": "ok", "payload": "x" * 500})
+        print(i, flush=True)  # after put returns: committed
+    store.close()
+""")
+
+
+def test_put_then_has_and_rows_round_trip(tmp_path):
+    with ResultStore(tmp_path) as store:
+        assert store.put(row("a", 0, energy_j=np.float64(1.5), iterations=np.int64(7),
+                             samples=np.array([1.0, 2.0]), valid=np.bool_(True), nan=float("nan")))
+        assert store.put(row("a", 1))
+        assert store.has("a", 0) and store.has("a", 1) and not store.has("a", 2)
+        assert not store.has("b")
+        assert store.keys() == {("a", 0), ("a", 1)}
+        assert len(store) == 2
+        first = store.rows()[0]
+    assert first["energy_j"] == 1.5 and first["iterations"] == 7
+    assert first["samples"] == [1.0, 2.0] and first["valid"] is True
+    assert np.isnan(first["nan"])
+    assert (tmp_path / STORE_FILENAME).is_file()
+
+
+def test_put_of_a_stored_key_returns_false_and_keeps_the_first_row(tmp_path):
+    with ResultStore(tmp_path) as store:
+        assert store.put(row("a", status="ok"))
+        assert store.put(row("a", status="wrong")) is False
+        assert [r["status"] for r in store.rows()] == ["ok"]
+    with ResultStore(tmp_path) as again:  # a re-run into the same directory
+        assert again.put(row("a")) is False
+        assert len(again) == 1
+
+
+def test_rows_come_back_in_insertion_order(tmp_path):
+    keys = [f"k{i:02d}" for i in (5, 3, 9, 1, 7)]
+    with ResultStore(tmp_path) as store:
+        for k in keys:
+            store.put(row(k))
+        assert [r["trial_key"] for r in store.rows()] == keys
+
+
+def test_a_row_without_its_key_or_with_an_unstorable_value_is_refused(tmp_path):
+    with ResultStore(tmp_path) as store:
+        with pytest.raises(StoreError, match="trial_key"):
+            store.put({"repeat": 0})
+        with pytest.raises(StoreError, match="repeat"):
+            store.put({"trial_key": "a", "repeat": "0"})
+        with pytest.raises(StoreError, match="cannot be stored"):
+            store.put(row("a", handle=object()))
+        assert len(store) == 0
+    assert issubclass(StoreError, UserError)
+
+
+def test_meta_is_stored_replaced_and_read_back(tmp_path):
+    with ResultStore(tmp_path) as store:
+        assert store.get_meta("sweep") is None
+        store.put_meta("sweep", {"clocks": [510, 1410], "measure": {"window_s": 2.0}})
+        store.put_meta("sweep", {"clocks": [510]})
+        store.put_meta("versions", {"jax": "0.10.2"})
+    with ResultStore(tmp_path, readonly=True) as ro:
+        assert ro.get_meta("sweep") == {"clocks": [510]}
+        assert ro.meta() == {"sweep": {"clocks": [510]}, "versions": {"jax": "0.10.2"}}
+        assert ro.schema_version == SCHEMA_VERSION
+
+
+def test_readonly_store_refuses_writes_and_a_missing_one_is_not_found(tmp_path):
+    with pytest.raises(StoreNotFoundError, match="no results store"):
+        ResultStore(tmp_path / "nowhere", readonly=True)
+    assert not (tmp_path / "nowhere").exists()
+    ResultStore(tmp_path).close()
+    with ResultStore(tmp_path, readonly=True) as ro, pytest.raises(StoreError, match="read-only"):
+        ro.put(row("a"))
+
+
+def test_a_reader_sees_rows_committed_while_the_writer_is_still_open(tmp_path):
+    with ResultStore(tmp_path) as writer:
+        writer.put(row("a"))
+        with ResultStore(tmp_path, readonly=True) as reader:
+            assert reader.keys() == {("a", 0)}
+            writer.put(row("b"))
+            assert reader.keys() == {("a", 0), ("b", 0)}
+
+
+def test_a_writer_killed_mid_stream_leaves_every_committed_row(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "k", "100000"],
+                            stdout=subprocess.PIPE, text=True, env=_env())
+    committed = -1
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        committed = int(line)
+        if committed >= 150:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    assert (tmp_path / f"{STORE_FILENAME}-wal").exists()  # the log a killed writer leaves
+    with ResultStore(tmp_path, readonly=True) as ro:  # WAL recovery on open
+        keys = ro.keys()
+    assert {(f"k-{i}", 0) for i in range(committed + 1)} <= keys
+    with ResultStore(tmp_path) as again:  # and a resumed sweep can write on
+        assert again.put(row("after-kill"))
+        assert len(again) == len(keys) + 1
+
+
+def test_two_writer_processes_at_once_lose_no_row(tmp_path):
+    n = 150
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), p, str(n)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              env=_env()) for p in ("a", "b")]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    with ResultStore(tmp_path, readonly=True) as ro:
+        assert ro.keys() == {(f"{p}-{i}", 0) for p in ("a", "b") for i in range(n)}
+
+
+def test_a_store_from_a_newer_schema_is_refused_naming_both_versions(tmp_path):
+    ResultStore(tmp_path).close()
+    with sqlite3.connect(tmp_path / STORE_FILENAME) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    for readonly in (True, False):
+        with pytest.raises(StoreSchemaError) as e:
+            ResultStore(tmp_path, readonly=readonly)
+        assert f"version {SCHEMA_VERSION + 1}" in str(e.value)
+        assert f"version {SCHEMA_VERSION} " in str(e.value)
+
+
+@pytest.mark.parametrize("content", [b"not a database at all\n" * 50, b"\x00" * 4096, b"x"])
+def test_a_garbage_file_is_reported_corrupt_and_left_untouched(tmp_path, content):
+    path = tmp_path / STORE_FILENAME
+    path.write_bytes(content)
+    for readonly in (False, True):
+        with pytest.raises(CorruptStoreError, match="untouched"):
+            ResultStore(tmp_path, readonly=readonly)
+    assert path.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == [STORE_FILENAME]
+
+
+def test_a_malformed_sqlite_file_is_reported_corrupt_and_left_untouched(tmp_path):
+    with ResultStore(tmp_path) as store:
+        for i in range(300):
+            store.put(row(f"k{i}", payload="y" * 300))
+    path = tmp_path / STORE_FILENAME
+    data = bytearray(path.read_bytes())
+    page = 4096
+    data[page * 2: page * 6] = os.urandom(page * 4)  # scramble b-tree pages, keep the header
+    path.write_bytes(bytes(data))
+    before = path.read_bytes()
+    with pytest.raises(CorruptStoreError):
+        with ResultStore(tmp_path, readonly=True) as ro:
+            ro.rows()
+    assert path.read_bytes() == before
+
+
+def test_another_sqlite_database_is_not_taken_for_a_store(tmp_path):
+    path = tmp_path / STORE_FILENAME
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE other (x)")
+    before = path.read_bytes()
+    with pytest.raises(CorruptStoreError, match="not a dvfs results store"):
+        ResultStore(tmp_path)
+    assert path.read_bytes() == before
+
+
+def test_find_stores_searches_multirun_directories(tmp_path):
+    for sub in ("multirun/0", "multirun/1", "multirun/2/nested"):
+        ResultStore(tmp_path / sub).close()
+    (tmp_path / "multirun" / "3").mkdir()
+    found = find_stores(tmp_path / "multirun")
+    assert found == sorted(tmp_path / s / STORE_FILENAME
+                           for s in ("multirun/0", "multirun/1", "multirun/2/nested"))
+    assert find_stores(tmp_path / "multirun/0") == [tmp_path / "multirun/0" / STORE_FILENAME]
+    assert find_stores(found[0]) == [found[0]]
+    assert find_stores(tmp_path / "multirun" / "3") == []
+    with pytest.raises(StoreNotFoundError):
+        find_stores(tmp_path / "missing")
+
+
+def test_a_store_opened_by_file_path_is_the_same_store(tmp_path):
+    with ResultStore(tmp_path) as store:
+        store.put(row("a"))
+    t0 = time.monotonic()
+    with ResultStore(tmp_path / STORE_FILENAME, readonly=True) as ro:
+        assert ro.keys() == {("a", 0)}
+    assert time.monotonic() - t0 < 5
