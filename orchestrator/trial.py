@@ -1,0 +1,418 @@
+"""One trial: one device, one setting, one kernel, measured and checked.
+
+The sequence, for each trial:
+
+1. apply the requested settings through the guard (which has already refused anything outside
+   the policy or the device's support);
+2. settle: let the device sit idle for ``measure.settle_s`` so clocks and power follow the setting;
+3. build the kernel (cached per process: the JIT compile happens once per GPU, never inside a
+   window) and warm it up;
+4. for each repeat, one window: call the kernel until both ``measure.window_s`` of device time and
+   ``measure.min_iters`` calls have passed; hash every call's output (bitwise determinism), keep a
+   few for the float64 reference check (always the last); read time and energy from the meter;
+5. judge: correctness (``ok`` / ``wrong`` / ``nondeterministic``) and validity (did the device
+   run at the clock asked for, which throttle reasons fired, did the window span enough
+   energy-counter updates);
+6. put the device back to its default setting (the guard restores it in any case).
+
+On the simulated GPU the kernel really runs on the CPU, and the device's model accounts each call
+at ``workload.sim_size`` (by default the ``gpu`` preset): the sim's clock, energy and roofline
+describe the GPU-sized problem while the CPU computes a small one, so outputs and checks stay real
+and fast. Faults the sim draws below a device's stability threshold corrupt the real output (one
+flipped bit in one element) or crash the call, so the checks see them as they would on hardware.
+
+A failure inside a trial is a result, not an exception out of the sweep: a crash is a ``crash``
+row, a lost device a ``device_error`` row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import socket
+import subprocess
+import time
+import traceback
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orchestrator.config import parse_sm_clock
+from orchestrator.devices.base import Device, Fault, KernelWork
+from orchestrator.errors import DeviceError, DeviceLostError, UserError
+from orchestrator.guard import SettingsGuard, SettingsRequest
+from orchestrator.meter import EnergyMeter, Measurement
+
+SCHEMA_VERSION = 1
+
+# Config keys that do not change what a trial measures (kept out of the trial key).
+_NON_IDENTITY_KEYS = ("store_dir", "quiet", "objective")
+
+
+class SimulatedCrash(RuntimeError):
+    """The simulated GPU crashed a kernel call (the trial records ``crash``)."""
+
+
+def settings_request(device_cfg: Any) -> SettingsRequest:
+    """The settings a trial's ``device`` config asks for."""
+    return SettingsRequest(
+        sm_clock_mhz=parse_sm_clock(device_cfg.sm_clock_mhz),
+        mem_clock_mhz=None if device_cfg.mem_clock_mhz is None else int(device_cfg.mem_clock_mhz),
+        power_limit_w=None if device_cfg.power_limit_w is None else float(device_cfg.power_limit_w),
+        clock_offset_mhz=None if device_cfg.clock_offset_mhz is None else int(device_cfg.clock_offset_mhz),
+    )
+
+
+def job_identity(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The part of a resolved job config that defines what is measured."""
+    ident = {k: v for k, v in cfg.items() if k not in _NON_IDENTITY_KEYS}
+    device = dict(ident.get("device", {}))
+    for k in ("state_dir", "journal_dir", "gpus", "policy_file"):
+        device.pop(k, None)
+    ident["device"] = device
+    return ident
+
+
+def trial_key(cfg: dict[str, Any], device_uuid: str) -> str:
+    """A stable key: hash of the resolved job config (what is measured) and the GPU's UUID."""
+    blob = json.dumps({"job": job_identity(cfg), "uuid": device_uuid}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def config_hash(cfg: dict[str, Any]) -> str:
+    """Hash of the job config alone (the same point on every GPU shares it)."""
+    blob = json.dumps(job_identity(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """The commit of the checkout this package runs from, if any."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def library_versions(framework: str | None = None) -> dict[str, str]:
+    """Versions that matter for a result (the framework only if already imported)."""
+    import importlib.metadata as md
+    import sys
+
+    versions = {"python": platform.python_version(), "dvfs-orchestrator": "0.1.0"}
+    for dist in ("numpy", "nvidia-ml-py", "ray", "hydra-core"):
+        try:
+            versions[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            pass
+    if framework == "jax" and "jax" in sys.modules:
+        versions["jax"] = sys.modules["jax"].__version__
+    if framework == "tensorflow" and "tensorflow" in sys.modules:
+        versions["tensorflow"] = sys.modules["tensorflow"].__version__
+    return versions
+
+
+def validate_workload(cfg: Any) -> Any:
+    """Check workload x framework x size x dtype x precision against the kernel registry."""
+    from kernels import get_spec
+    from kernels.spec import KernelOptionError
+
+    if cfg.framework.name not in ("jax", "tensorflow"):
+        raise UserError(f"framework={cfg.framework.name!r} is not one of: jax, tensorflow")
+    try:
+        spec = get_spec(cfg.workload.name)
+        spec.validate(cfg.workload.size, cfg.workload.dtype, cfg.framework.precision)
+        if cfg.workload.sim_size is not None:
+            spec.validate(cfg.workload.sim_size, cfg.workload.dtype, cfg.framework.precision)
+    except KernelOptionError as e:
+        raise UserError(str(e).replace("workload ", "workload=", 1) if "workload" in str(e) else str(e)) from e
+    return spec
+
+
+@dataclass
+class TrialContext:
+    """What a process keeps across trials on one GPU: the guard and the compiled kernels."""
+
+    device: Device
+    guard: SettingsGuard
+    kernels: Any  # kernels.KernelCache (or any object with the same get())
+    sweep_id: str = ""
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+
+def run_trial(ctx: TrialContext, cfg: Any, resolved: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run one trial (all its repeats); always returns one row per repeat, never raises for
+    a failure of the kernel or the device.
+
+    Args:
+        ctx: the GPU's guard and kernel cache.
+        cfg: the job's config (DictConfig or DvfsConfig), already validated.
+        resolved: the same config as a plain dict (stored beside each row).
+    """
+    device = ctx.device
+    ident = device.identity
+    spec = validate_workload(cfg)
+    request = settings_request(cfg.device)
+    key = trial_key(resolved, ident.uuid)
+    m = cfg.measure
+    base = _base_row(ctx, cfg, resolved, key, request)
+    rows: list[dict[str, Any]] = []
+    try:
+        ctx.guard.apply(request)
+        device.idle(m.settle_s)
+        kernel = ctx.kernels.get(
+            cfg.workload.name,
+            framework=cfg.framework.name,
+            preset=cfg.workload.size,
+            dtype=cfg.workload.dtype,
+            precision=cfg.framework.precision,
+            seed=int(cfg.seed),
+            xla=bool(cfg.framework.get("xla", False)) if hasattr(cfg.framework, "get") else cfg.framework.xla,
+        )
+        base["framework_version"] = kernel.framework_version
+        base["versions"] = library_versions(cfg.framework.name)
+        counts = (
+            spec.counts(preset=cfg.workload.sim_size, dtype=cfg.workload.dtype)
+            if ident.backend == "sim" and cfg.workload.sim_size
+            else kernel.counts
+        )
+        work = KernelWork(
+            flops=float(counts.flops),
+            bytes_moved=float(counts.bytes_moved),
+            peak=spec.peak(cfg.workload.dtype, cfg.framework.precision),
+            kernel_class=cfg.workload.name,
+            framework=cfg.framework.name,
+        )
+        for _ in range(m.warmup_iters):
+            _call(kernel, device, work, ctx.rng)
+        reference = kernel.reference()
+        for repeat in range(m.repeats):
+            row = dict(base, repeat=repeat, started_at=time.time())
+            rows.append(row)
+            meas, digests, sampled = _window(kernel, device, work, m, ctx.rng)
+            _fill_measured(row, meas, digests, counts, cfg, request)
+            row["temperature_c"] = device.temperature_c()
+            _fill_checks(row, digests, sampled, reference, cfg)
+            row["ended_at"] = time.time()
+    except SimulatedCrash as e:
+        _fail_rows(rows, base, m.repeats, "crash", str(e))
+    except DeviceLostError as e:
+        _fail_rows(rows, base, m.repeats, "device_error", str(e))
+    except UserError:
+        raise
+    except DeviceError as e:
+        _fail_rows(rows, base, m.repeats, "device_error", str(e))
+    except Exception as e:  # noqa: BLE001 - a kernel that raised is a crashed trial, not a crashed sweep
+        _fail_rows(rows, base, m.repeats, "crash", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
+    finally:
+        try:
+            ctx.guard.restore()
+        except DeviceError as e:  # the journal keeps the entry; `dvfs restore` finishes the job
+            for row in rows:
+                row["error"] = (row.get("error") or "") + f" | restore failed: {e}"
+    return rows
+
+
+def _base_row(ctx: TrialContext, cfg: Any, resolved: dict[str, Any], key: str, request: SettingsRequest) -> dict[str, Any]:
+    ident = ctx.device.identity
+    sm = request.sm_clock_mhz
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "sweep_id": ctx.sweep_id,
+        "trial_key": key,
+        "repeat": 0,
+        "host": socket.gethostname(),
+        "started_at": time.time(),
+        "ended_at": None,
+        "device_index": ident.index,
+        "device_uuid": ident.uuid,
+        "device_name": ident.name,
+        "driver_version": ident.driver_version,
+        "backend": ident.backend,
+        "framework": cfg.framework.name,
+        "framework_version": None,
+        "workload": cfg.workload.name,
+        "size": cfg.workload.size,
+        "sim_size": cfg.workload.sim_size if ident.backend == "sim" else None,
+        "dtype": cfg.workload.dtype,
+        "precision": cfg.framework.precision,
+        "sm_clock_min_mhz": sm[0] if sm else None,
+        "sm_clock_max_mhz": sm[1] if sm else None,
+        "mem_clock_mhz": request.mem_clock_mhz,
+        "power_limit_w": request.power_limit_w,
+        "clock_offset_mhz": request.clock_offset_mhz,
+        "default_setting": request.is_default,
+        "observed_sm_clock_mhz": None,
+        "avg_power_w": None,
+        "peak_power_w": None,
+        "temperature_c": None,
+        "throttle_reasons": [],
+        "iterations": None,
+        "time_s": None,
+        "time_per_iter_s": None,
+        "throughput": None,
+        "tflops": None,
+        "gbps": None,
+        "energy_j": None,
+        "energy_per_iter_j": None,
+        "energy_per_tflop_j": None,
+        "energy_per_gb_j": None,
+        "rel_error": None,
+        "max_abs_error": None,
+        "nonfinite_count": None,
+        "determinism_mismatches": None,
+        "status": None,
+        "error": None,
+        "valid": False,
+        "invalid_reason": None,
+        "meter": None,
+        "energy_counter_updates": None,
+        "config": resolved,
+        "versions": library_versions(),
+        "git_commit": git_commit(),
+        "config_hash": config_hash(resolved),
+    }
+
+
+def _call(kernel: Any, device: Device, work: KernelWork, rng: np.random.Generator) -> np.ndarray:
+    """One kernel call, accounted by the device; a simulated fault corrupts or crashes it."""
+    out = kernel.to_numpy(kernel.call_device())
+    fault = device.on_kernel_call(work)
+    if fault is Fault.CRASH:
+        raise SimulatedCrash(
+            f"kernel call crashed on {device.identity.name} {device.identity.uuid} "
+            f"(simulated fault at {device.sm_clock_mhz()} MHz)"
+        )
+    if fault is Fault.CORRUPT:
+        out = flip_random_bit(out, rng)
+    return out
+
+
+def flip_random_bit(out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A copy of ``out`` with one bit flipped in one element (what unstable silicon does)."""
+    corrupted = np.array(out, copy=True)
+    flat = corrupted.reshape(-1).view(np.uint8)
+    byte = int(rng.integers(flat.size))
+    flat[byte] ^= np.uint8(1 << int(rng.integers(8)))
+    return corrupted
+
+
+def _window(kernel: Any, device: Device, work: KernelWork, m: Any, rng: np.random.Generator) -> tuple[Measurement, list[str], list[np.ndarray]]:
+    """Call the kernel until the window is long enough; hash every output, keep a sample."""
+    from kernels import output_digest
+
+    meter = EnergyMeter(device, method=m.meter, poll_hz=m.poll_hz)
+    digests: list[str] = []
+    sampled: list[np.ndarray] = []
+    keep_at = {2**i for i in range(int(m.reference_samples))}  # calls 1, 2, 4, 8, ...
+    meter.start()
+    t0 = device.now_s()
+    n = 0
+    last: np.ndarray | None = None
+    while True:
+        out = _call(kernel, device, work, rng)
+        n += 1
+        meter.tick()
+        digests.append(output_digest(out))
+        if n in keep_at:
+            sampled.append(out)
+        last = out
+        elapsed = device.now_s() - t0
+        if (elapsed >= m.window_s and n >= m.min_iters) or n >= m.max_iters:
+            break
+    meas = meter.stop()
+    if last is not None and n not in keep_at:
+        sampled.append(last)
+    return meas, digests, sampled
+
+
+def _fill_measured(row: dict[str, Any], meas: Measurement, digests: list[str], counts: Any, cfg: Any, request: SettingsRequest) -> None:
+    n = len(digests)
+    t = meas.time_s
+    m = cfg.measure
+    row.update(
+        iterations=n,
+        time_s=t,
+        time_per_iter_s=t / n if n else None,
+        throughput=n / t if t > 0 else None,
+        energy_j=meas.energy_j,
+        energy_per_iter_j=meas.energy_j / n if n else None,
+        avg_power_w=meas.avg_power_w,
+        peak_power_w=meas.peak_power_w,
+        observed_sm_clock_mhz=meas.mean_sm_clock_mhz,
+        throttle_reasons=meas.reasons.names(),
+        meter=meas.method,
+        energy_counter_updates=meas.counter_updates,
+    )
+    tflop = counts.flops * n / 1e12
+    gb = counts.bytes_moved * n / 1e9
+    if t > 0:
+        row["tflops"] = tflop / t
+        row["gbps"] = gb / t
+    row["energy_per_tflop_j"] = meas.energy_j / tflop if tflop > 0 else None
+    row["energy_per_gb_j"] = meas.energy_j / gb if gb > 0 else None
+    reasons = []
+    asked = request.sm_clock_mhz
+    observed = meas.mean_sm_clock_mhz
+    if asked is not None and observed is not None and observed < asked[0] - m.clock_tolerance_mhz:
+        fired = [r for r in meas.reasons.names() if r not in ("applications_clocks_setting", "gpu_idle")]
+        reasons.append(
+            f"observed SM clock {observed:.0f} MHz is below the {asked[0]} MHz asked"
+            + (f" ({', '.join(fired)})" if fired else "")
+        )
+    if meas.method == "counter" and (meas.counter_updates or 0) < m.min_counter_updates:
+        reasons.append(
+            f"the window spanned {meas.counter_updates} energy-counter updates "
+            f"(< {m.min_counter_updates}): lengthen measure.window_s"
+        )
+    thermal = [r for r in meas.reasons.names() if "thermal" in r]
+    if thermal:
+        reasons.append(f"thermal throttling during the window ({', '.join(thermal)})")
+    row["valid"] = not reasons
+    row["invalid_reason"] = "; ".join(reasons) or None
+
+
+def _fill_checks(row: dict[str, Any], digests: list[str], sampled: list[np.ndarray], reference: np.ndarray, cfg: Any) -> None:
+    from kernels import check_outputs
+
+    result = check_outputs(
+        digests=digests,
+        sampled=sampled,
+        reference=reference,
+        dtype=cfg.workload.dtype,
+        precision=cfg.framework.precision,
+        workload=cfg.workload.name,
+    )
+    row.update(
+        rel_error=float(result.rel_error),
+        max_abs_error=float(result.max_abs_error),
+        nonfinite_count=int(result.nonfinite_count),
+        determinism_mismatches=int(result.determinism_mismatches),
+        status=result.verdict.value,
+    )
+
+
+def _fail_rows(rows: list[dict[str, Any]], base: dict[str, Any], repeats: int, status: str, error: str) -> None:
+    """Mark the repeat in flight (and those not reached) as failed."""
+    if rows and rows[-1].get("status") is None:
+        rows[-1].update(status=status, error=error, ended_at=time.time(), valid=False)
+    while len(rows) < repeats:
+        rows.append(dict(base, repeat=len(rows), status=status, error=error, ended_at=time.time(), valid=False))
+
+
+def objective(rows: list[dict[str, Any]], name: str) -> float:
+    """What the Hydra task returns to a sweeper: lower is better; a failed check is infinity."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    if len(ok) < len(rows) or not ok:
+        return float("inf")
+    e = float(np.median([r["energy_per_iter_j"] for r in ok]))
+    t = float(np.median([r["time_per_iter_s"] for r in ok]))
+    return {"energy_per_work": e, "time_per_work": t, "edp": e * t, "ed2p": e * t * t}[name]

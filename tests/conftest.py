@@ -1,0 +1,36 @@
+"""Shared test setup: scratch homes for every tool that writes outside the tree, and a fresh
+simulated machine per test.
+
+Ray, Keras, matplotlib and pip write under the home directory and the system temp folder by
+default; the suite points them at one scratch folder so a test run leaves nothing behind and two
+runs never share state.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_SCRATCH = Path(tempfile.mkdtemp(prefix="dvfs-tests-"))
+for var, sub in (("RAY_TMPDIR", "ray"), ("MPLCONFIGDIR", "mpl"), ("KERAS_HOME", "keras"), ("XDG_CACHE_HOME", "cache")):
+    os.environ.setdefault(var, str(_SCRATCH / sub))
+    Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.pop("DVFS_SIM_STATE_DIR", None)
+os.environ.pop("DVFS_JOURNAL_DIR", None)
+
+REPO = Path(__file__).resolve().parents[1]
+DVFS = [sys.executable, "-m", "orchestrator.cli"]
+
+
+@pytest.fixture
+def sim_dir(tmp_path, monkeypatch):
+    """A fresh simulated machine's state directory, exported as DVFS_SIM_STATE_DIR."""
+    state = tmp_path / "sim"
+    monkeypatch.setenv("DVFS_SIM_STATE_DIR", str(state))
+    return state
