@@ -1,0 +1,48 @@
+"""The study's workloads in JAX and TensorFlow, with float64 references, work counts and checks.
+
+Six workloads (``stencil``, ``gemm``, ``selu``, ``conv3d``, ``mlp_train``, ``hessian``), each with
+a JAX implementation (``jax.jit``), a TensorFlow one (``tf.function``, XLA on a switch), a float64
+NumPy reference and an analytic count of FLOPs and minimum bytes per call. A kernel is built once
+(inputs, compile, warm-up) and then called many times on the same inputs::
+
+    from kernels import build_kernel, check_outputs, output_digest
+
+    k = build_kernel("gemm", framework="jax", preset="tiny")
+    outs = [k.call() for _ in range(3)]
+    result = check_outputs(outs[-1:], k.reference(), k.dtype, k.precision, k.workload,
+                           digests=[output_digest(o) for o in outs])
+
+Importing this package imports neither JAX nor TensorFlow (nor ml_dtypes): they load when the
+first kernel is built. This package knows nothing of devices, Ray or configuration.
+"""
+
+from kernels.cache import KernelCache
+from kernels.build import BuiltKernel
+from kernels.checks import CheckResult, Verdict, check_outputs, output_digest, tolerance_for
+from kernels.registry import (
+    FRAMEWORKS,
+    WORKLOADS,
+    build_kernel,
+    get_spec,
+    list_workloads,
+)
+from kernels.spec import KernelOptionError, KernelSpec, UnknownKernelError, WorkCounts
+
+__all__ = [
+    "FRAMEWORKS",
+    "WORKLOADS",
+    "BuiltKernel",
+    "CheckResult",
+    "KernelCache",
+    "KernelOptionError",
+    "KernelSpec",
+    "UnknownKernelError",
+    "Verdict",
+    "WorkCounts",
+    "build_kernel",
+    "check_outputs",
+    "get_spec",
+    "list_workloads",
+    "output_digest",
+    "tolerance_for",
+]

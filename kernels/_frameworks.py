@@ -1,0 +1,161 @@
+"""Framework setup: lazy imports, deterministic mode, device-memory sharing, precision knobs.
+
+JAX and TensorFlow are imported here and only here, inside functions, so that ``import kernels``
+costs no framework import (TensorFlow alone takes 8-11 s). The first call to :func:`import_jax`
+or :func:`import_tensorflow` puts the process in the mode a measurement needs, before either
+framework initialises a device:
+
+- **Deterministic ops.** ``--xla_gpu_deterministic_ops=true`` is appended to ``XLA_FLAGS`` (read by
+  JAX's XLA and by TensorFlow's ``jit_compile``), and TensorFlow gets
+  ``tf.config.experimental.enable_op_determinism()``. The same inputs then give bitwise-identical
+  outputs within one process, so a digest mismatch means the device misbehaved.
+- **No memory starvation.** JAX preallocates 75% of a GPU and TensorFlow grabs all of it; a process
+  hosting both sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` and TensorFlow memory growth on every
+  GPU (also through ``TF_FORCE_GPU_ALLOW_GROWTH`` in case TensorFlow was imported elsewhere first).
+
+Precision names are ours and map to each framework's own knob:
+
+========== =============================================== ==========================================
+ours       JAX (``jax_default_matmul_precision``)           TensorFlow (TF32 switch)
+========== =============================================== ==========================================
+default    framework default (TF32 on Ampere+ GPUs)        framework default (TF32 enabled)
+highest    ``"highest"`` (full fp32)                        TF32 disabled
+tf32       ``"tensorfloat32"``                              TF32 enabled
+========== =============================================== ==========================================
+
+bf16 is a dtype (bfloat16 inputs and outputs), not a precision. On a CPU, TF32 does not exist and
+every float32 matmul runs at full precision whatever the knob says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any, Literal
+
+Framework = Literal["jax", "tensorflow"]
+FRAMEWORKS: tuple[str, ...] = ("jax", "tensorflow")
+PRECISIONS: tuple[str, ...] = ("default", "highest", "tf32")
+
+DETERMINISM_FLAG = "--xla_gpu_deterministic_ops=true"
+
+_JAX_MATMUL_PRECISION: dict[str, str | None] = {
+    "default": None,
+    "highest": "highest",
+    "tf32": "tensorfloat32",
+}
+# None leaves TensorFlow's own default (TF32 enabled since TF 2.4).
+_TF_TF32_ENABLED: dict[str, bool | None] = {"default": None, "highest": False, "tf32": True}
+
+_lock = threading.Lock()
+_tf_configured = False
+
+
+def configure_environment() -> None:
+    """Set the environment variables both frameworks read when they initialise.
+
+    Idempotent. Must run before JAX or TensorFlow touches a device; :func:`import_jax` and
+    :func:`import_tensorflow` call it first.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_gpu_deterministic_ops" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {DETERMINISM_FLAG}".strip()
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def import_jax() -> Any:
+    """Import JAX after :func:`configure_environment`.
+
+    Returns:
+        The ``jax`` module.
+    """
+    configure_environment()
+    import jax
+
+    return jax
+
+
+def import_tensorflow() -> Any:
+    """Import TensorFlow after :func:`configure_environment`, in deterministic mode.
+
+    On first use it also turns on memory growth for every GPU TensorFlow sees. If TensorFlow has
+    already initialised its GPUs (someone else imported and used it first), memory growth can no
+    longer change; ``TF_FORCE_GPU_ALLOW_GROWTH`` covers that case when it was set in time.
+
+    Returns:
+        The ``tensorflow`` module.
+    """
+    global _tf_configured
+    configure_environment()
+    import tensorflow as tf
+
+    with _lock:
+        if not _tf_configured:
+            for gpu in tf.config.list_physical_devices("GPU"):
+                with contextlib.suppress(RuntimeError):  # GPUs already initialised.
+                    tf.config.experimental.set_memory_growth(gpu, True)
+            tf.config.experimental.enable_op_determinism()
+            _tf_configured = True
+    return tf
+
+
+def framework_version(framework: str) -> str:
+    """Return the version string of ``framework`` (importing it), e.g. ``"0.10.2"``."""
+    if framework == "jax":
+        return str(import_jax().__version__)
+    return str(import_tensorflow().__version__)
+
+
+def numpy_dtype(dtype: str) -> Any:
+    """Return the NumPy dtype for one of our dtype names (bfloat16 through ``ml_dtypes``)."""
+    import numpy as np
+
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)
+
+
+def jax_matmul_precision(precision: str) -> str | None:
+    """Return the ``jax_default_matmul_precision`` value for ``precision`` (None: default)."""
+    return _JAX_MATMUL_PRECISION[precision]
+
+
+@contextlib.contextmanager
+def jax_precision_scope(precision: str) -> Iterator[None]:
+    """Trace and compile JAX code under the matmul precision that ``precision`` names."""
+    jax = import_jax()
+    value = jax_matmul_precision(precision)
+    if value is None:
+        yield
+        return
+    with jax.default_matmul_precision(value):
+        yield
+
+
+@contextlib.contextmanager
+def tf_precision_scope(precision: str) -> Iterator[None]:
+    """Run TensorFlow code with the TF32 switch that ``precision`` names, then restore it.
+
+    The switch is process-wide and read when a kernel runs (and when XLA compiles), so it is set
+    around the build and around every call: kernels of different precisions can share a process.
+    """
+    enabled = _TF_TF32_ENABLED[precision]
+    if enabled is None:
+        yield
+        return
+    tf = import_tensorflow()
+    before = tf.config.experimental.tensor_float_32_execution_enabled()
+    if before == enabled:
+        yield
+        return
+    tf.config.experimental.enable_tensor_float_32_execution(enabled)
+    try:
+        yield
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(before)

@@ -1,0 +1,193 @@
+"""A built kernel: inputs on the device, compiled once, then called many times on the same inputs.
+
+:class:`BuiltKernel` does all the expensive work when it is made, so none of it lands in a
+measurement window: it draws the inputs from a seeded generator (fresh random values, never
+zeros), rounds them to the kernel's dtype and places them on the framework's default device
+(the one GPU a worker sees, or the CPU), compiles the computation and runs it once to warm up.
+Then :meth:`BuiltKernel.call_device` is one synchronised call with no host transfer (for timing
+loops) and :meth:`BuiltKernel.call` the same with the output copied into a NumPy array.
+
+- JAX: ``jax.jit(f).lower(*inputs).compile()`` under ``jax.default_matmul_precision``; the
+  precision is fixed at compile time. JAX always compiles with XLA, so ``xla`` is ignored (and
+  reported as True).
+- TensorFlow: ``tf.function(f, jit_compile=xla)``, traced once into a concrete function; the TF32
+  switch is set around the build and around every call, since it is process-wide. Without a
+  GPU, TensorFlow runs synchronously; with one, calls end with ``sync_devices``.
+
+The float64 reference is computed on demand from the same rounded inputs (drawn again from the
+seed, so no host copy is kept) and cached.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kernels import _frameworks as fw
+from kernels.spec import ITEMSIZE, KernelOptionError, KernelSpec, WorkCounts
+
+
+def _check_framework(framework: str) -> None:
+    if framework not in fw.FRAMEWORKS:
+        raise KernelOptionError(
+            f"unknown framework {framework!r}; choose one of: {', '.join(fw.FRAMEWORKS)}"
+        )
+
+
+class _JaxBackend:
+    """Compiled JAX executable and its device-resident inputs."""
+
+    def __init__(self, fn: Callable[..., Any], inputs: tuple[np.ndarray, ...], precision: str):
+        jax = fw.import_jax()
+        self._args = tuple(jax.device_put(a) for a in inputs)
+        with fw.jax_precision_scope(precision):
+            self._compiled = jax.jit(fn).lower(*self._args).compile()
+
+    def call_device(self) -> Any:
+        out = self._compiled(*self._args)
+        out.block_until_ready()
+        return out
+
+    @staticmethod
+    def to_numpy(handle: Any) -> np.ndarray:
+        return np.asarray(handle)
+
+
+class _TensorFlowBackend:
+    """Concrete ``tf.function`` and its device-resident inputs."""
+
+    def __init__(
+        self, fn: Callable[..., Any], inputs: tuple[np.ndarray, ...], precision: str, xla: bool
+    ):
+        tf = fw.import_tensorflow()
+        self._tf = tf
+        self._precision = precision
+        gpus = tf.config.list_logical_devices("GPU")
+        self._sync = tf.test.experimental.sync_devices if gpus else None
+        device = gpus[0].name if gpus else "/CPU:0"
+        with tf.device(device):
+            # identity copies each constant onto the device once, not at every call.
+            self._args = tuple(tf.identity(tf.constant(a)) for a in inputs)
+        function = tf.function(fn, jit_compile=bool(xla), autograph=False)
+        with fw.tf_precision_scope(precision):
+            self._concrete = function.get_concrete_function(*self._args)
+
+    def call_device(self) -> Any:
+        with fw.tf_precision_scope(self._precision):
+            out = self._concrete(*self._args)
+        if self._sync is not None:
+            self._sync()
+        return out
+
+    @staticmethod
+    def to_numpy(handle: Any) -> np.ndarray:
+        return np.asarray(handle.numpy())
+
+
+class BuiltKernel:
+    """One workload compiled for one (framework, preset, variant, dtype, precision, seed, xla).
+
+    Attributes:
+        spec: the workload's :class:`~kernels.spec.KernelSpec`.
+        workload: the workload name.
+        framework: ``"jax"`` or ``"tensorflow"``.
+        framework_version: the framework's version string.
+        preset: the size preset.
+        variant: the shape variant.
+        size: the workload's size (a NamedTuple).
+        dtype: the dtype name.
+        precision: the precision name.
+        seed: the seed of the inputs.
+        xla: whether XLA compiles it (always True for JAX).
+        counts: FLOPs and minimum bytes of one call at this size.
+        build_s: seconds the build took (inputs, transfer, compile, warm-up call).
+    """
+
+    def __init__(
+        self,
+        spec: KernelSpec,
+        framework: str,
+        preset: str = "cpu",
+        dtype: str = "float32",
+        precision: str = "default",
+        seed: int = 0,
+        xla: bool = False,
+        variant: str | None = None,
+    ):
+        _check_framework(framework)
+        self.variant = spec.validate(preset, dtype, precision, variant)
+        start = time.perf_counter()
+        self.spec = spec
+        self.workload = spec.name
+        self.framework = framework
+        self.preset = preset
+        self.dtype = dtype
+        self.precision = precision
+        self.seed = int(seed)
+        self.xla = True if framework == "jax" else bool(xla)
+        self.size = spec.sizes[preset][self.variant]
+        self.counts: WorkCounts = spec.count_fn(self.size, ITEMSIZE[dtype])
+        self.framework_version = fw.framework_version(framework)
+        self._reference: np.ndarray | None = None
+        inputs = self._rounded_inputs()
+        if framework == "jax":
+            self._backend: Any = _JaxBackend(spec.jax_fn(self.size), inputs, precision)
+        else:
+            self._backend = _TensorFlowBackend(spec.tf_fn(self.size), inputs, precision, self.xla)
+        del inputs
+        self._backend.call_device()  # warm-up: first-call allocations and autotuning.
+        self.build_s = time.perf_counter() - start
+
+    def _rounded_inputs(self) -> tuple[np.ndarray, ...]:
+        rng = np.random.default_rng(self.seed)
+        np_dtype = fw.numpy_dtype(self.dtype)
+        return tuple(a.astype(np_dtype) for a in self.spec.inputs_fn(self.size, rng))
+
+    def call_device(self) -> Any:
+        """Run one call and wait for it, leaving the output on the device.
+
+        Returns:
+            An opaque handle to the output; :meth:`to_numpy` converts it.
+        """
+        return self._backend.call_device()
+
+    def to_numpy(self, handle: Any) -> np.ndarray:
+        """Copy an output handle from :meth:`call_device` into a NumPy array."""
+        return self._backend.to_numpy(handle)
+
+    def call(self) -> np.ndarray:
+        """Run one call and return its output as a NumPy array (in the kernel's dtype)."""
+        return self.to_numpy(self.call_device())
+
+    def reference(self) -> np.ndarray:
+        """The float64 NumPy reference on the same (dtype-rounded) inputs; computed once."""
+        if self._reference is None:
+            inputs = [a.astype(np.float64) for a in self._rounded_inputs()]
+            self._reference = np.asarray(self.spec.reference_fn(self.size, *inputs), np.float64)
+        return self._reference
+
+    def describe(self) -> dict[str, Any]:
+        """Identity of the kernel as plain values, for a results row."""
+        return {
+            "workload": self.workload,
+            "framework": self.framework,
+            "framework_version": self.framework_version,
+            "preset": self.preset,
+            "variant": self.variant,
+            "size": repr(tuple(self.size)),
+            "dtype": self.dtype,
+            "precision": self.precision,
+            "seed": self.seed,
+            "xla": self.xla,
+            "flops": self.counts.flops,
+            "bytes_moved": self.counts.bytes_moved,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"BuiltKernel({self.workload}/{self.variant}, {self.framework}, preset={self.preset}, "
+            f"dtype={self.dtype}, precision={self.precision}, seed={self.seed}, xla={self.xla})"
+        )

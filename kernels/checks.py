@@ -1,0 +1,269 @@
+"""Numerical-correctness checks of a window of kernel calls: accuracy, determinism, finiteness.
+
+A trial calls a kernel many times on the same inputs. Hashing every call's output is cheap and
+exact; comparing against the float64 reference costs a float64 pass, so a trial does that only for
+a sample. The API follows that split::
+
+    digests = [output_digest(k.call()) for _ in range(n)]      # every call
+    result = check_outputs([last_output], k.reference(), "float32", "default", "gemm",
+                           digests=digests)
+
+``check_outputs(outputs, reference, dtype, precision, workload, *, digests=None, tolerance=None)``
+
+- ``outputs``: the sampled outputs (at least one; include the last call's), each compared with the
+  reference: relative error ``||out - ref||_2 / ||ref||_2`` and the largest absolute error, both in
+  float64 (streamed in chunks, so a 2**28-element output needs no float64 copy).
+- ``digests``: :func:`output_digest` of every call of the window, in call order. Without it the
+  digests of ``outputs`` are used. A call mismatches when its digest differs from the most common
+  one (ties go to the earliest), so one corrupted call counts 1 wherever it falls.
+- Verdict: ``wrong`` if any value is non-finite or the relative error exceeds the tolerance;
+  otherwise ``nondeterministic`` if any digest mismatches; otherwise ``ok``. WRONG wins over
+  NONDETERMINISTIC. With a non-finite value both errors read ``inf``.
+
+Tolerances (relative, norm-wise; :func:`tolerance_for`) depend on the dtype, the precision and
+the workload. ``default`` precision means TF32 on Ampere+ GPUs for matmul work in both frameworks,
+so matmul workloads get the TF32 tolerance there even though a CPU computes in full fp32:
+
+=========== ======== ===== ====== =============================================================
+workload    fp32     tf32  bf16   why
+=========== ======== ===== ====== =============================================================
+stencil     1e-5     -     1e-2   two adds per axis: ~1 rounding per element
+selu        1e-5     -     1e-2   a few ulp of exp
+gemm        3e-5     1e-3  1e-2   sum of K products: ~u*sqrt(K/2) = 4e-6 at K = 8192; TF32 ~0.8*2**-11
+conv3d      3e-5     2e-3  1e-2   sum of 27*C_in products, same argument; TF32 on both operands
+mlp_train   1e-5     1e-3  1e-2   the output is p - lr*g: dominated by the exactly-stored parameters
+hessian     1e-4     -     2e-2   autodiff graph (~20 ops) vs the closed form, cancellation in f''
+=========== ======== ===== ====== =============================================================
+
+The hessian needs more room than the other elementwise kernels: the frameworks evaluate
+``f''`` as the derivative graph of ``sin(x) * exp(-x**2/2)`` (products of terms that nearly cancel
+near the roots of ``f''``), each op rounded in the kernel's dtype, and XLA's exp and sin are
+polynomial approximations of a few ulp; in bf16 that compounds to a few bf16 ulps (2**-8 = 3.9e-3
+each) norm-wise. Measured on CPU (tiny preset): see ``tests/kernels/test_numerics.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from kernels.spec import KernelOptionError, UnknownKernelError
+
+_CHUNK = 1 << 22  # elements per float64 chunk: 32 MiB of temporaries.
+
+FP32_TOLERANCE: Mapping[str, float] = {
+    "stencil": 1e-5,
+    "gemm": 3e-5,
+    "selu": 1e-5,
+    "conv3d": 3e-5,
+    "mlp_train": 1e-5,
+    "hessian": 1e-4,
+}
+TF32_TOLERANCE: Mapping[str, float] = {"gemm": 1e-3, "conv3d": 2e-3, "mlp_train": 1e-3}
+BF16_TOLERANCE: Mapping[str, float] = {
+    "stencil": 1e-2,
+    "gemm": 1e-2,
+    "selu": 1e-2,
+    "conv3d": 1e-2,
+    "mlp_train": 1e-2,
+    "hessian": 2e-2,
+}
+
+
+class Verdict(enum.StrEnum):
+    """The outcome of a check."""
+
+    OK = "ok"
+    WRONG = "wrong"
+    NONDETERMINISTIC = "nondeterministic"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """What the check found over one window of calls.
+
+    Attributes:
+        verdict: ``ok``, ``wrong`` or ``nondeterministic``.
+        rel_error: the largest ``||out - ref||_2 / ||ref||_2`` over the compared outputs
+            (``inf`` with a non-finite value).
+        max_abs_error: the largest ``|out - ref|`` over the compared outputs.
+        nonfinite_count: NaN and infinite values over the compared outputs.
+        determinism_mismatches: calls whose digest differs from the most common one.
+        tolerance: the relative-error tolerance applied.
+        calls_hashed: how many digests were compared.
+        outputs_compared: how many outputs were compared with the reference.
+    """
+
+    verdict: Verdict
+    rel_error: float
+    max_abs_error: float
+    nonfinite_count: int
+    determinism_mismatches: int
+    tolerance: float
+    calls_hashed: int
+    outputs_compared: int
+
+    @property
+    def ok(self) -> bool:
+        """Whether the verdict is ``ok``."""
+        return self.verdict is Verdict.OK
+
+    def as_dict(self) -> dict[str, object]:
+        """The result as plain values (the verdict as its string), for a results row."""
+        row = dataclasses.asdict(self)
+        row["verdict"] = self.verdict.value
+        return row
+
+
+def tolerance_for(dtype: str, precision: str, workload: str) -> float:
+    """Return the relative-error tolerance for a workload in ``dtype`` and ``precision``.
+
+    Args:
+        dtype: ``"float32"`` or ``"bfloat16"``.
+        precision: ``"default"``, ``"highest"`` or ``"tf32"``.
+        workload: a registry name.
+
+    Returns:
+        The tolerance on ``||out - ref||_2 / ||ref||_2``.
+
+    Raises:
+        UnknownKernelError: for an unknown workload.
+        KernelOptionError: for a dtype or precision without a tolerance.
+    """
+    if workload not in FP32_TOLERANCE:
+        raise UnknownKernelError(
+            f"no tolerance for workload {workload!r}; known: {', '.join(FP32_TOLERANCE)}"
+        )
+    if dtype == "bfloat16":
+        return BF16_TOLERANCE[workload]
+    if dtype != "float32":
+        raise KernelOptionError(f"no tolerance for dtype {dtype!r}; known: float32, bfloat16")
+    if precision == "highest" or (precision == "default" and workload not in TF32_TOLERANCE):
+        return FP32_TOLERANCE[workload]
+    if precision in ("default", "tf32") and workload in TF32_TOLERANCE:
+        return TF32_TOLERANCE[workload]
+    raise KernelOptionError(
+        f"no tolerance for precision {precision!r} of {workload!r} in float32"
+    )
+
+
+def output_digest(array: np.ndarray) -> str:
+    """A bitwise digest of an output: BLAKE2b-128 of its dtype, shape and bytes, in hex.
+
+    Any change of a single bit changes the digest; ``-0.0`` and ``0.0`` differ, and NaNs with
+    different payloads differ, as the bits do.
+    """
+    array = np.ascontiguousarray(array)
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"{array.dtype.str}{array.shape}".encode())
+    digest.update(array.reshape(-1).view(np.uint8).data)
+    return digest.hexdigest()
+
+
+def count_mismatches(digests: Sequence[str]) -> int:
+    """Count the digests that differ from the most common one (ties: the earliest)."""
+    if not digests:
+        return 0
+    counts = Counter(digests)
+    top = max(counts.values())
+    baseline = next(d for d in digests if counts[d] == top)
+    return len(digests) - counts[baseline]
+
+
+@dataclasses.dataclass
+class _Errors:
+    rel_error: float
+    max_abs_error: float
+    nonfinite: int
+
+
+@np.errstate(invalid="ignore", over="ignore")  # a corrupted value may be a signalling NaN.
+def _compare(output: np.ndarray, reference: np.ndarray) -> _Errors:
+    if output.shape != reference.shape:
+        raise ValueError(f"output shape {output.shape} != reference shape {reference.shape}")
+    out = output.reshape(-1)
+    ref = reference.reshape(-1)
+    diff_sq = ref_sq = 0.0
+    max_abs = 0.0
+    nonfinite = 0
+    for start in range(0, out.size, _CHUNK):
+        o = out[start : start + _CHUNK].astype(np.float64)
+        r = ref[start : start + _CHUNK].astype(np.float64, copy=False)
+        finite = np.isfinite(o)
+        nonfinite += int(o.size - np.count_nonzero(finite))
+        d = np.abs(o - r)
+        diff_sq += float(np.dot(d, d))
+        ref_sq += float(np.dot(r, r))
+        if d.size:
+            max_abs = max(max_abs, float(d.max()))
+    if nonfinite:
+        return _Errors(float("inf"), float("inf"), nonfinite)
+    norm = np.sqrt(ref_sq)
+    rel = np.sqrt(diff_sq) / norm if norm > 0 else np.sqrt(diff_sq)
+    return _Errors(float(rel), max_abs, 0)
+
+
+def check_outputs(
+    outputs: Sequence[np.ndarray],
+    reference: np.ndarray,
+    dtype: str,
+    precision: str,
+    workload: str,
+    *,
+    digests: Sequence[str] | None = None,
+    tolerance: float | None = None,
+) -> CheckResult:
+    """Check a window of calls: sampled outputs against the reference, all digests for equality.
+
+    Args:
+        outputs: the sampled outputs (NumPy arrays), at least one; include the last call's.
+        reference: the float64 reference of the same computation on the same inputs.
+        dtype: the kernel's dtype (chooses the tolerance).
+        precision: the kernel's precision (chooses the tolerance).
+        workload: the registry name (chooses the tolerance).
+        digests: :func:`output_digest` of every call of the window; None hashes ``outputs``.
+        tolerance: overrides :func:`tolerance_for`.
+
+    Returns:
+        The verdict and its figures (see the module docstring).
+
+    Raises:
+        ValueError: no outputs, a string among them, or a shape that differs from the reference.
+    """
+    if isinstance(outputs, np.ndarray):
+        outputs = [outputs]
+    if not outputs:
+        raise ValueError("check_outputs needs at least one output to compare with the reference")
+    if any(isinstance(o, str | bytes) for o in outputs):
+        raise ValueError("outputs must be arrays; pass digests with digests=[...]")
+    tol = tolerance_for(dtype, precision, workload) if tolerance is None else float(tolerance)
+    reference = np.asarray(reference)
+    arrays = [np.asarray(o) for o in outputs]
+    if digests is None:
+        digests = [output_digest(a) for a in arrays]
+    errors = [_compare(a, reference) for a in arrays]
+    rel = max(e.rel_error for e in errors)
+    max_abs = max(e.max_abs_error for e in errors)
+    nonfinite = sum(e.nonfinite for e in errors)
+    mismatches = count_mismatches(list(digests))
+    if nonfinite or not rel <= tol:
+        verdict = Verdict.WRONG
+    elif mismatches:
+        verdict = Verdict.NONDETERMINISTIC
+    else:
+        verdict = Verdict.OK
+    return CheckResult(
+        verdict=verdict,
+        rel_error=rel,
+        max_abs_error=max_abs,
+        nonfinite_count=nonfinite,
+        determinism_mismatches=mismatches,
+        tolerance=tol,
+        calls_hashed=len(digests),
+        outputs_compared=len(arrays),
+    )

@@ -1,0 +1,104 @@
+"""Second-order gradients: ``grad(grad(f))`` of a scalar function at every point of a large array.
+
+``f(x) = sin(x) * exp(-x**2 / 2)``. JAX computes ``vmap(grad(grad(f)))(x)``; TensorFlow nests two
+``GradientTape``s (the inner one gives ``f'`` elementwise, the outer one differentiates that
+again). Because ``f`` acts elementwise, ``sum(f(x))`` has a diagonal Hessian and both give its
+diagonal, ``f''(x)``. The reference is the closed form, derived by hand, in float64:
+
+    f''(x) = exp(-x**2 / 2) * ((x**2 - 2) * sin(x) - 2 * x * cos(x))
+
+so the check compares automatic differentiation with calculus, not one autodiff with another.
+
+Counts per element: 11 FLOPs, those of the closed form (x*x; the exponent's multiply and exp;
+sin; cos; subtract and multiply for (x**2 - 2) * sin; two multiplies for 2 * x * cos; subtract
+and multiply for the final product); the frameworks' derivative graphs do a few more. Bytes: the
+input read and the output written once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from kernels._frameworks import import_jax, import_tensorflow
+from kernels.spec import KernelSpec, WorkCounts, make_sizes
+
+FLOPS_PER_ELEMENT = 11
+
+
+class HessianSize(NamedTuple):
+    """Array shape of the points (and of the output)."""
+
+    shape: tuple[int, ...]
+
+
+SIZES = make_sizes(
+    tiny={"elementwise": HessianSize((4096,))},
+    cpu={"elementwise": HessianSize((1 << 22,))},
+    gpu={"elementwise": HessianSize((1 << 26,))},
+)
+
+
+def count_work(size: HessianSize, itemsize: int) -> WorkCounts:
+    """FLOPs and minimum bytes of one call (see the module docstring)."""
+    n = math.prod(size.shape)
+    return WorkCounts(flops=float(FLOPS_PER_ELEMENT * n), bytes_moved=2.0 * n * itemsize)
+
+
+def make_inputs(size: HessianSize, rng: np.random.Generator) -> tuple[np.ndarray]:
+    """Points uniform in [-3, 3], where ``f''`` has its structure."""
+    return (rng.uniform(-3.0, 3.0, size.shape),)
+
+
+def reference(size: HessianSize, x: np.ndarray) -> np.ndarray:
+    """The closed-form ``f''(x)`` in float64."""
+    return np.exp(-0.5 * x * x) * ((x * x - 2.0) * np.sin(x) - 2.0 * x * np.cos(x))
+
+
+def jax_function(size: HessianSize) -> Any:
+    """``vmap(grad(grad(f)))`` over every element."""
+    jax = import_jax()
+    jnp = jax.numpy
+
+    def f(x):
+        return jnp.sin(x) * jnp.exp(-0.5 * x * x)
+
+    second = jax.grad(jax.grad(f))
+    batched = second
+    for _ in size.shape:
+        batched = jax.vmap(batched)
+    return batched
+
+
+def tf_function(size: HessianSize) -> Any:
+    """Nested ``GradientTape``s."""
+    tf = import_tensorflow()
+
+    def hessian(x):
+        with tf.GradientTape() as outer:
+            outer.watch(x)
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                y = tf.sin(x) * tf.exp(-0.5 * x * x)
+            first = inner.gradient(y, x)
+        return outer.gradient(first, x)
+
+    return hessian
+
+
+SPEC = KernelSpec(
+    name="hessian",
+    description="second-order gradients grad(grad(f)) of a scalar function, elementwise",
+    sizes=SIZES,
+    dtypes=("float32", "bfloat16"),
+    precisions=("default", "highest"),
+    compute_bound=False,
+    uses_matmul=False,
+    count_fn=count_work,
+    inputs_fn=make_inputs,
+    reference_fn=reference,
+    jax_fn=jax_function,
+    tf_fn=tf_function,
+)

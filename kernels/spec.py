@@ -1,0 +1,205 @@
+"""What a workload is, apart from any framework: sizes, dtypes, precisions and its work counts.
+
+A :class:`KernelSpec` describes one workload. It answers, without importing JAX or TensorFlow and
+without allocating anything, how much work one call does (:class:`WorkCounts`) and which compute
+roof applies (:meth:`KernelSpec.peak`), so a simulator or a planner can use it cheaply. The same
+spec carries the hooks :func:`kernels.build.build_kernel` uses to make inputs, the float64
+reference and the JAX and TensorFlow functions.
+
+Units and conventions:
+
+- ``flops``: floating-point operations of one call, counted by hand from the computation: a
+  multiply-add is 2, each add, multiply, compare-select and transcendental evaluation (exp, sin,
+  tanh, ...) is 1. It is the work a roofline divides by a FLOP/s roof, not an instruction count.
+- ``bytes_moved``: the fewest bytes one call must move to and from device memory: every input read
+  once and every output written once, in the kernel's dtype; intermediates are assumed to stay
+  on chip.
+- Size presets: ``tiny`` (tests: well under a second on a CPU), ``cpu`` (the default off a GPU),
+  ``gpu`` (fills a modern GPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, NamedTuple
+
+Peak = Literal["fp32", "tf32", "bf16", "fp16", "fp64"]
+
+PRESETS: tuple[str, ...] = ("tiny", "cpu", "gpu")
+ITEMSIZE: Mapping[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+
+
+class KernelOptionError(ValueError):
+    """An unknown preset, dtype, precision, variant or framework; the message lists what exists."""
+
+
+class UnknownKernelError(KernelOptionError):
+    """An unknown workload name; the message lists the names that exist."""
+
+
+class WorkCounts(NamedTuple):
+    """The work of one kernel call.
+
+    Attributes:
+        flops: floating-point operations (see the module docstring for the convention).
+        bytes_moved: the fewest bytes one call must move to and from memory.
+    """
+
+    flops: float
+    bytes_moved: float
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity in FLOP per byte."""
+        return self.flops / self.bytes_moved
+
+
+def _choices(what: str, value: object, choices: tuple[str, ...], context: str) -> str:
+    return f"unknown {what} {value!r} for {context}; choose one of: {', '.join(choices)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """One workload: its options, its analytic work counts and its implementation hooks.
+
+    Attributes:
+        name: the registry name, e.g. ``"gemm"``.
+        description: one line for listings.
+        sizes: ``sizes[preset][variant]`` is the workload's size (a NamedTuple of its own).
+        dtypes: supported dtypes, e.g. ``("float32", "bfloat16")``.
+        precisions: precisions accepted with float32 (bfloat16 takes only ``"default"``).
+        compute_bound: whether the ``gpu`` preset is limited by compute rather than memory.
+        uses_matmul: whether the work runs on matrix units (GEMM, convolution), so the TF32 and
+            BF16 tensor-core roofs apply; elementwise work uses the FP32 roof in any dtype.
+        count_fn: ``count_fn(size, itemsize) -> WorkCounts``.
+        inputs_fn: ``inputs_fn(size, rng) -> tuple[np.ndarray, ...]`` in float64, never zeros.
+        reference_fn: ``reference_fn(size, *inputs) -> np.ndarray`` in float64.
+        jax_fn: ``jax_fn(size) -> f(*arrays) -> array``, traced under ``jax.jit``.
+        tf_fn: ``tf_fn(size) -> f(*tensors) -> tensor``, wrapped in ``tf.function``.
+    """
+
+    name: str
+    description: str
+    sizes: Mapping[str, Mapping[str, Any]]
+    dtypes: tuple[str, ...]
+    precisions: tuple[str, ...]
+    compute_bound: bool
+    uses_matmul: bool
+    count_fn: Callable[[Any, int], WorkCounts] = dataclasses.field(repr=False)
+    inputs_fn: Callable[..., tuple[Any, ...]] = dataclasses.field(repr=False)
+    reference_fn: Callable[..., Any] = dataclasses.field(repr=False)
+    jax_fn: Callable[[Any], Callable[..., Any]] = dataclasses.field(repr=False)
+    tf_fn: Callable[[Any], Callable[..., Any]] = dataclasses.field(repr=False)
+
+    @property
+    def presets(self) -> tuple[str, ...]:
+        """The size presets, smallest first: ``("tiny", "cpu", "gpu")``."""
+        return tuple(self.sizes)
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """Shape variants (e.g. ``"1d"``, ``"2d"``, ``"3d"`` for the stencil); the first is the default."""
+        return tuple(next(iter(self.sizes.values())))
+
+    @property
+    def default_variant(self) -> str:
+        """The variant used when none is named."""
+        return self.variants[0]
+
+    def precisions_for(self, dtype: str) -> tuple[str, ...]:
+        """Precisions accepted with ``dtype``: all of them for float32, only the default otherwise."""
+        return self.precisions if dtype == "float32" else ("default",)
+
+    def validate(
+        self,
+        preset: str,
+        dtype: str = "float32",
+        precision: str = "default",
+        variant: str | None = None,
+    ) -> str:
+        """Check a combination of options.
+
+        Args:
+            preset: a size preset.
+            dtype: a dtype name.
+            precision: a precision name.
+            variant: a shape variant, or None for the default one.
+
+        Returns:
+            The variant, resolved.
+
+        Raises:
+            KernelOptionError: naming the bad option and listing the valid ones.
+        """
+        context = f"workload {self.name!r}"
+        if preset not in self.sizes:
+            raise KernelOptionError(_choices("size preset", preset, self.presets, context))
+        if dtype not in self.dtypes:
+            raise KernelOptionError(_choices("dtype", dtype, self.dtypes, context))
+        allowed = self.precisions_for(dtype)
+        if precision not in allowed:
+            raise KernelOptionError(
+                _choices("precision", precision, allowed, f"{context} in {dtype}")
+            )
+        variant = self.default_variant if variant is None else variant
+        if variant not in self.variants:
+            raise KernelOptionError(_choices("variant", variant, self.variants, context))
+        return variant
+
+    def size(self, preset: str, variant: str | None = None) -> Any:
+        """Return the size of ``preset`` (and ``variant``), a NamedTuple specific to the workload."""
+        variant = self.validate(preset, self.dtypes[0], "default", variant)
+        return self.sizes[preset][variant]
+
+    def counts(
+        self, preset: str = "cpu", dtype: str = "float32", variant: str | None = None
+    ) -> WorkCounts:
+        """Analytic FLOP and byte counts of one call; imports no framework, allocates nothing.
+
+        Args:
+            preset: a size preset.
+            dtype: a dtype name (sets the bytes per element).
+            variant: a shape variant, or None for the default one.
+
+        Returns:
+            The work of one call.
+        """
+        variant = self.validate(preset, dtype, "default", variant)
+        return self.count_fn(self.sizes[preset][variant], ITEMSIZE[dtype])
+
+    def peak(self, dtype: str, precision: str = "default") -> Peak:
+        """Name the compute roof that limits this workload in ``dtype`` and ``precision``.
+
+        Matmul and convolution work runs on tensor cores: bf16 at the BF16 roof, float32 at the
+        TF32 roof unless the precision is ``"highest"`` (both frameworks use TF32 by default on
+        Ampere and newer GPUs). Elementwise work runs on the CUDA cores at the FP32 roof in any
+        dtype narrower than float64.
+
+        Args:
+            dtype: a dtype name.
+            precision: a precision name.
+
+        Returns:
+            ``"fp32"``, ``"tf32"``, ``"bf16"``, ``"fp16"`` or ``"fp64"``.
+        """
+        self.validate(self.presets[0], dtype, precision)
+        if dtype == "float64":
+            return "fp64"
+        if not self.uses_matmul:
+            return "fp32"
+        if dtype == "bfloat16":
+            return "bf16"
+        if dtype == "float16":
+            return "fp16"
+        return "fp32" if precision == "highest" else "tf32"
+
+
+def make_sizes(**presets: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]]:
+    """Build a ``sizes`` table, checking that every preset has the same variants in order."""
+    if tuple(presets) != PRESETS:
+        raise ValueError(f"presets must be {PRESETS}, got {tuple(presets)}")
+    variants = [tuple(v) for v in presets.values()]
+    if len(set(variants)) != 1:
+        raise ValueError(f"every preset needs the same variants, got {variants}")
+    return {k: dict(v) for k, v in presets.items()}

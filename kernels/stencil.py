@@ -1,0 +1,101 @@
+"""The stencil: each element plus its two neighbours along every axis, with periodic boundaries.
+
+In 1-D, ``roll(x, 1) + roll(x, -1) + x``; in 2-D and 3-D the same pair of rolls along each axis is
+added, ``x + sum over axes of (roll(x, 1, axis) + roll(x, -1, axis))``. Each output element
+reads a handful of neighbours that are already in cache, so one fused pass reads the array once
+and writes it once: a memory-bound kernel (0.25 FLOP/byte in 1-D float32).
+
+Counts per element: ``2 * ndim`` additions; bytes: the input read and the output written once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from kernels._frameworks import import_jax, import_tensorflow
+from kernels.spec import KernelSpec, WorkCounts, make_sizes
+
+
+class StencilSize(NamedTuple):
+    """Array shape of the stencil's input (and output)."""
+
+    shape: tuple[int, ...]
+
+
+SIZES = make_sizes(
+    tiny={"1d": StencilSize((4096,)), "2d": StencilSize((64, 64)), "3d": StencilSize((16, 16, 16))},
+    cpu={
+        "1d": StencilSize((1 << 24,)),
+        "2d": StencilSize((4096, 4096)),
+        "3d": StencilSize((256, 256, 256)),
+    },
+    gpu={
+        "1d": StencilSize((1 << 28,)),
+        "2d": StencilSize((16384, 16384)),
+        "3d": StencilSize((1024, 512, 512)),
+    },
+)
+
+
+def count_work(size: StencilSize, itemsize: int) -> WorkCounts:
+    """FLOPs and minimum bytes of one call (see the module docstring)."""
+    n = math.prod(size.shape)
+    return WorkCounts(flops=2.0 * len(size.shape) * n, bytes_moved=2.0 * n * itemsize)
+
+
+def make_inputs(size: StencilSize, rng: np.random.Generator) -> tuple[np.ndarray]:
+    """One standard-normal array of the size's shape, in float64."""
+    return (rng.standard_normal(size.shape),)
+
+
+def reference(size: StencilSize, x: np.ndarray) -> np.ndarray:
+    """The stencil in float64 NumPy."""
+    out = x.copy()
+    for axis in range(x.ndim):
+        out += np.roll(x, 1, axis) + np.roll(x, -1, axis)
+    return out
+
+
+def jax_function(size: StencilSize) -> Any:
+    """The stencil in ``jax.numpy`` (XLA fuses the rolls and adds into one pass)."""
+    jnp = import_jax().numpy
+
+    def stencil(x):
+        out = x
+        for axis in range(x.ndim):
+            out = out + (jnp.roll(x, 1, axis) + jnp.roll(x, -1, axis))
+        return out
+
+    return stencil
+
+
+def tf_function(size: StencilSize) -> Any:
+    """The stencil in TensorFlow."""
+    tf = import_tensorflow()
+
+    def stencil(x):
+        out = x
+        for axis in range(len(size.shape)):
+            out = out + (tf.roll(x, 1, axis) + tf.roll(x, -1, axis))
+        return out
+
+    return stencil
+
+
+SPEC = KernelSpec(
+    name="stencil",
+    description="roll(x, 1) + roll(x, -1) + x over a large 1-D/2-D/3-D array (memory-bound)",
+    sizes=SIZES,
+    dtypes=("float32", "bfloat16"),
+    precisions=("default", "highest"),
+    compute_bound=False,
+    uses_matmul=False,
+    count_fn=count_work,
+    inputs_fn=make_inputs,
+    reference_fn=reference,
+    jax_fn=jax_function,
+    tf_fn=tf_function,
+)

@@ -1,0 +1,110 @@
+"""Building kernels: identity, caching, seeds, device calls, the TF32 switch and build cost."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from kernels import BuiltKernel, KernelCache, build_kernel, get_spec
+
+
+@pytest.fixture(scope="module")
+def gemm_jax(frameworks) -> BuiltKernel:
+    return build_kernel("gemm", "jax", "tiny", seed=5, variant="rect")
+
+
+def test_a_built_kernel_reports_what_it_runs(frameworks, gemm_jax):
+    jax, tf = frameworks
+    k = gemm_jax
+    assert (k.workload, k.framework, k.preset, k.variant) == ("gemm", "jax", "tiny", "rect")
+    assert (k.dtype, k.precision, k.seed, k.xla) == ("float32", "default", 5, True)
+    assert k.framework_version == jax.__version__
+    assert k.counts == get_spec("gemm").counts("tiny", "float32", "rect")
+    assert tuple(k.size) == (96, 48, 80)
+    row = k.describe()
+    assert row["flops"] == k.counts.flops and row["variant"] == "rect"
+    t = build_kernel("selu", "tensorflow", "tiny", xla=True)
+    assert t.framework_version == tf.__version__ and t.xla is True
+
+
+def test_call_device_returns_a_handle_that_converts_to_the_same_output(gemm_jax):
+    handle = gemm_jax.call_device()
+    assert not isinstance(handle, np.ndarray)
+    assert np.array_equal(gemm_jax.to_numpy(handle), gemm_jax.call())
+
+
+def test_reference_is_cached_and_float64(gemm_jax):
+    ref = gemm_jax.reference()
+    assert ref.dtype == np.float64 and ref.shape == (96, 80)
+    assert gemm_jax.reference() is ref
+
+
+@pytest.mark.parametrize("framework", ["jax", "tensorflow"])
+def test_the_same_seed_gives_the_same_output_and_another_seed_another(frameworks, framework):
+    a = build_kernel("stencil", framework, "tiny", seed=1).call()
+    b = build_kernel("stencil", framework, "tiny", seed=1).call()
+    c = build_kernel("stencil", framework, "tiny", seed=2).call()
+    assert np.array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+@pytest.mark.parametrize("name", ["stencil", "gemm", "selu", "conv3d", "mlp_train", "hessian"])
+def test_inputs_are_random_and_never_zero(name):
+    spec = get_spec(name)
+    inputs = spec.inputs_fn(spec.size("tiny"), np.random.default_rng(0))
+    for array in inputs:
+        assert np.count_nonzero(array) == array.size
+        assert np.std(array) > 0
+
+
+def test_the_cache_builds_each_kernel_once(frameworks):
+    cache = KernelCache()
+    first = cache.get("selu", "jax", "tiny")
+    assert cache.get("selu", "jax", "tiny") is first
+    assert cache.get("selu", "jax", "tiny", xla=True) is first  # xla means nothing to JAX
+    assert cache.get("selu", "jax", "tiny", variant="1d") is first  # the default variant
+    assert cache.builds == 1
+    cache.get("selu", "tensorflow", "tiny")
+    cache.get("selu", "tensorflow", "tiny", xla=True)
+    cache.get("selu", "jax", "tiny", seed=1)
+    cache.get("selu", "jax", "tiny", dtype="bfloat16")
+    assert cache.builds == len(cache) == 5
+    cache.clear()
+    cache.get("selu", "jax", "tiny")
+    assert cache.builds == 6
+
+
+def test_tensorflow_tf32_switch_is_restored_after_build_and_call(frameworks):
+    _, tf = frameworks
+    before = tf.config.experimental.tensor_float_32_execution_enabled()
+    k = build_kernel("gemm", "tensorflow", "tiny", precision="highest")
+    k.call()
+    assert tf.config.experimental.tensor_float_32_execution_enabled() == before
+
+
+def test_the_process_is_in_deterministic_mode_with_no_preallocation(frameworks):
+    assert "--xla_gpu_deterministic_ops=true" in os.environ["XLA_FLAGS"]
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+
+
+def test_jax_lowers_each_precision_to_its_own_dot_precision(frameworks):
+    jax, _ = frameworks
+    from kernels import _frameworks
+
+    x = jax.numpy.ones((4, 4))
+    seen = {}
+    for precision, expected in (("default", "DEFAULT"), ("highest", "HIGHEST"), ("tf32", "HIGH")):
+        with _frameworks.jax_precision_scope(precision):
+            text = jax.jit(jax.numpy.matmul).lower(x, x).as_text()
+        seen[precision] = f"precision = [{expected}, {expected}]" in text
+    assert all(seen.values()), seen
+
+
+@pytest.mark.parametrize("name", ["conv3d", "mlp_train", "hessian"])
+@pytest.mark.parametrize("framework", ["jax", "tensorflow"])
+def test_tiny_builds_take_well_under_a_second(frameworks, name, framework):
+    k = build_kernel(name, framework, "tiny", dtype="bfloat16", seed=9)
+    assert k.build_s < 1.0
