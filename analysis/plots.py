@@ -1,0 +1,570 @@
+"""Plots of a sweep: the energy/time Pareto front and the response to the SM clock.
+
+Each function draws on matplotlib Axes it is given and a frame of trial rows; it creates no
+figure and touches no global state, so it works under pyplot or in a headless report alike.
+matplotlib is imported by the caller (this module imports only its types and helpers, lazily
+where they are heavy).
+
+Encoding, the same in every plot: one colour *and* one marker per series (framework, GPU, or
+whatever varies within the panel), so a grayscale print still tells them apart; filled markers
+for usable points; ``x`` for a setting whose correctness check failed, ``+`` for one whose
+measurement was flagged invalid; a star for the device's default setting; a ring around a
+recommended setting. Times and energies are drawn in the SI prefix that suits them (ms, mJ...),
+named on the axis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis._frame import DEFAULT_GROUP, OK, exclusion_reasons, group_positions, numeric, truthy
+from analysis.pareto import pareto_front
+from analysis.recommend import aggregate_repeats
+
+TIME = "time_per_iter_s"
+ENERGY = "energy_per_iter_j"
+CLOCK = "sm_clock_max_mhz"
+MEMORY_BOUND_FLOP_PER_BYTE = 10.0
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "h", "<", ">", "X")
+HATCHES = ("//", "\\\\", "..", "xx", "--", "||")
+_PREFIXES = ((1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
+_LABELLED = {
+    "min_energy": "min energy",
+    "min_energy_within_slowdown": "best ≤{pct:g} % slower",
+    "min_edp": "min EDP",
+}
+
+
+def _colors() -> list:
+    from matplotlib import colormaps
+
+    return list(colormaps["tab10"].colors)
+
+
+def si_scale(values: Sequence[float] | np.ndarray, unit: str) -> tuple[float, str]:
+    """The SI prefix that shows ``values`` as numbers of at least 1.
+
+    Args:
+        values: The values, in the base unit.
+        unit: The base unit (``"s"``, ``"J"``).
+
+    Returns:
+        ``(factor, label)``: divide by ``factor`` to get values in ``label`` (e.g. 1e-3, "ms").
+    """
+    v = np.abs(np.asarray(values, dtype=float))
+    v = v[np.isfinite(v) & (v > 0)]
+    if not len(v):
+        return 1.0, unit
+    typical = float(np.median(v))
+    for factor, prefix in _PREFIXES:
+        if typical >= factor:
+            return factor, prefix + unit
+    return _PREFIXES[-1][0], _PREFIXES[-1][1] + unit
+
+
+def series_columns(df: pd.DataFrame, by: Sequence[str] = DEFAULT_GROUP,
+                   exclude: Sequence[str] = ("workload",)) -> list[str]:
+    """The grouping columns that vary within ``df``: they name its series."""
+    cols = [c for c in by if c in df.columns and c not in exclude]
+    varying = [c for c in cols if df[c].astype(str).nunique(dropna=False) > 1]
+    if varying:
+        return varying
+    return [c for c in ("framework", "device_name") if c in cols][:1] or cols[:1]
+
+
+def series_label(key: dict, columns: Sequence[str]) -> str:
+    """A legend label for one series, e.g. ``"jax · A100-SXM4-40GB"``."""
+    parts = [str(key[c]) for c in columns if key.get(c) is not None]
+    return " · ".join(parts) if parts else "all trials"
+
+
+def series_styles(labels: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """A colour, marker and hatch per series label, stable for sorted labels."""
+    colors = _colors()
+    return {
+        lab: {"color": colors[i % len(colors)], "marker": MARKERS[i % len(MARKERS)],
+              "hatch": HATCHES[i % len(HATCHES)]}
+        for i, lab in enumerate(sorted(set(labels)))
+    }
+
+
+def _renderer(fig: Any) -> Any:
+    if not hasattr(fig.canvas, "get_renderer"):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        FigureCanvasAgg(fig)
+    return fig.canvas.get_renderer()
+
+
+def _prepare(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """Reduces repeats to settings and marks the front, unless that is done already."""
+    agg = df if "n_repeats" in df.columns else aggregate_repeats(df, by)
+    if "on_front" not in agg.columns:
+        agg = pareto_front(agg, TIME, ENERGY, by)
+    return agg
+
+
+def plot_pareto(
+    ax: Any,
+    df: pd.DataFrame,
+    *,
+    by: Sequence[str] = DEFAULT_GROUP,
+    styles: dict[str, dict[str, Any]] | None = None,
+    recommendations: pd.DataFrame | None = None,
+    series: Sequence[str] | None = None,
+    legend: bool = True,
+    labels: bool = True,
+    title: str | None = None,
+) -> dict[str, Any]:
+    """Draws energy per iteration against time per iteration, with each series' Pareto front.
+
+    Args:
+        ax: The Axes.
+        df: Trial rows (or settings from :func:`analysis.aggregate_repeats`) of one workload;
+            repeats are reduced to their median first.
+        by: The grouping columns; a front is drawn per group.
+        styles: Colour/marker per series label (from :func:`series_styles`), to keep several
+            panels consistent; default: one per series of this frame.
+        recommendations: The frame of :func:`analysis.recommend`, to ring and label the
+            recommended settings; None to mark only the default settings.
+        series: The columns that name a series (default: the grouping columns that vary in
+            ``df``); give the same to every panel of a figure so that names and colours agree.
+        legend: Draw a legend on the Axes.
+        labels: Label the default and recommended settings now (the layout should be final:
+            see :func:`label_settings`).
+        title: The panel title; default the workload.
+
+    Returns:
+        The legend handles drawn, by label, for a legend shared across panels.
+    """
+    from matplotlib.lines import Line2D
+
+    agg = _prepare(df, by)
+    scols = list(series) if series is not None else series_columns(agg, by)
+    groups = group_positions(agg, list(by))
+    names = [series_label(k, scols) for k, _ in groups]
+    styles = styles or series_styles(names)
+    tf, tunit = si_scale(numeric(agg[TIME]), "s")
+    ef, eunit = si_scale(numeric(agg[ENERGY]), "J")
+    x, y = numeric(agg[TIME]) / tf, numeric(agg[ENERGY]) / ef
+    reason = exclusion_reasons(agg, needed=[TIME, ENERGY])
+    usable = reason.isna().to_numpy()
+    drawable = np.isfinite(x) & np.isfinite(y)
+    failed = np.array([s != OK for s in agg["status"]]) & drawable
+    invalid = ~usable & ~failed & drawable
+    on_front = truthy(agg["on_front"])
+    default = truthy(agg["default_setting"]) if "default_setting" in agg else np.zeros(len(agg), bool)
+    handles: dict[str, Any] = {}
+    for (key, pos), name in zip(groups, names):
+        st = styles.get(name) or series_styles([name])[name]
+        c, m = st["color"], st["marker"]
+        u = pos[usable[pos]]
+        front = u[on_front[u]]
+        rest = u[~on_front[u]]
+        ax.scatter(x[rest], y[rest], s=28, marker=m, color=c, alpha=0.45, linewidths=0, zorder=3)
+        ax.scatter(x[front], y[front], s=40, marker=m, color=c, edgecolors="black",
+                   linewidths=0.6, zorder=4)
+        if len(front):
+            order = np.argsort(x[front])
+            ax.step(x[front][order], y[front][order], where="post", color=c, lw=1.4, zorder=2)
+        f, iv = pos[failed[pos]], pos[invalid[pos]]
+        ax.scatter(x[f], y[f], s=40, marker="x", color=c, linewidths=1.4, zorder=5)
+        ax.scatter(x[iv], y[iv], s=55, marker="+", color=c, linewidths=1.4, zorder=5)
+        d = u[default[u]]
+        ax.scatter(x[d], y[d], s=170, marker="*", color=c, edgecolors="black", linewidths=0.6,
+                   zorder=6)
+        handles[name] = Line2D([], [], color=c, marker=m, ls="-", lw=1.4, mec="black", mew=0.6,
+                               label=name)
+    gray = "0.25"
+    handles["Pareto front (step)"] = Line2D([], [], color=gray, lw=1.4, label="Pareto front (step)")
+    if default.any():
+        handles["device default setting"] = Line2D([], [], color=gray, marker="*", ms=12, ls="",
+                                                   label="device default setting")
+    if failed.any():
+        handles["failed a correctness check"] = Line2D(
+            [], [], color=gray, marker="x", ls="", mew=1.4, label="failed a correctness check")
+    if invalid.any():
+        handles["measurement flagged invalid"] = Line2D(
+            [], [], color=gray, marker="+", ms=9, ls="", mew=1.4, label="measurement flagged invalid")
+    if recommendations is not None and len(recommendations):
+        handles["recommended setting"] = Line2D([], [], color=gray, marker="o", ms=11, ls="",
+                                                mfc="none", mew=1.2, label="recommended setting")
+        _ring_recommended(ax, agg, recommendations, by, styles, scols, tf, ef)
+    ax.set_xlabel(f"Time per iteration ({tunit})")
+    ax.set_ylabel(f"Energy per iteration ({eunit})")
+    ax.grid(True, lw=0.4, alpha=0.5)
+    ax.margins(0.08)
+    missing = int((~drawable).sum())
+    head = title if title is not None else _panel_title(agg)
+    if missing:
+        head += f"\n{missing} setting(s) not drawn: no measurement (crash/timeout)"
+    ax.set_title(head, fontsize=10)
+    ax.xaxis.set_major_formatter(_plain_formatter())
+    ax.yaxis.set_major_formatter(_plain_formatter())
+    if legend:
+        ax.legend(handles=list(handles.values()), fontsize=8, loc="best", framealpha=0.9)
+    if labels:
+        label_settings(ax, agg, recommendations, by=by, styles=styles, series=scols)
+    return handles
+
+
+def _plain_formatter() -> Any:
+    from matplotlib.ticker import ScalarFormatter
+
+    f = ScalarFormatter(useOffset=False)
+    f.set_scientific(False)
+    return f
+
+
+def _panel_title(agg: pd.DataFrame) -> str:
+    parts = []
+    for c in ("workload", "size", "dtype", "precision"):
+        if c in agg.columns:
+            vals = list(dict.fromkeys(str(v) for v in agg[c] if v is not None and not pd.isna(v)))
+            if len(vals) == 1:
+                parts.append(vals[0])
+    return parts[0] + (f" ({', '.join(parts[1:])})" if len(parts) > 1 else "") if parts else ""
+
+
+def _rec_points(agg: pd.DataFrame, recs: pd.DataFrame | None, by: Sequence[str],
+                scols: Sequence[str]) -> list[tuple[int, str, str]]:
+    """(row position in ``agg``, series name, label text) of each point worth a label.
+
+    Those are the default setting, the baseline when it is not the default, and the
+    recommendations of :data:`_LABELLED`; several at one point share one label.
+    """
+    out: list[tuple[int, str, str]] = []
+    setting_cols = ["sm_clock_min_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "power_limit_w",
+                    "clock_offset_mhz", "default_setting"]
+    for key, pos in group_positions(agg, list(by)):
+        name = series_label(key, scols)
+        sub = agg.iloc[pos]
+        parts: dict[int, list[str]] = {}
+        saving: dict[int, str] = {}
+        base_i: int | None = None
+        usable = exclusion_reasons(sub, needed=[TIME, ENERGY]).isna().to_numpy()
+        if "default_setting" in sub:
+            for p, ok in zip(pos[truthy(sub["default_setting"])], usable[truthy(sub["default_setting"])]):
+                if ok:
+                    clk = agg["observed_sm_clock_mhz"].iat[p] if "observed_sm_clock_mhz" in agg else None
+                    parts[int(p)] = [f"default ({clk:.0f} MHz observed)" if _finite(clk) else "default"]
+                    break
+        if recs is not None and len(recs) and "objective" in recs:
+            match = np.ones(len(recs), dtype=bool)
+            for c, v in key.items():
+                if c in recs.columns:
+                    match &= np.array([_same(r, v) for r in recs[c]])
+            for _, r in recs[match].iterrows():
+                obj = r.get("objective")
+                if obj != "baseline" and obj not in _LABELLED:
+                    continue
+                hit = np.ones(len(sub), dtype=bool)
+                for c in setting_cols:
+                    if c in sub.columns and c in recs.columns:
+                        hit &= np.array([_same(a, r[c]) for a in sub[c]])
+                if not hit.any():
+                    continue
+                i = int(pos[np.flatnonzero(hit)[0]])
+                if obj == "baseline":
+                    base_i = i
+                    if str(r.get("baseline")) != "default":
+                        parts.setdefault(i, []).insert(0, "baseline: highest clock")
+                    continue
+                parts.setdefault(i, []).append(
+                    _LABELLED[obj].format(pct=float(r.get("max_slowdown_pct", 10.0))))
+                if _finite(r.get("saving_pct")) and _finite(r.get("slowdown_pct")):
+                    saving[i] = (f"\n{_pct(-float(r['saving_pct']))} energy, "
+                                 f"{_pct(float(r['slowdown_pct']))} time")
+        for i, ps in parts.items():
+            clk = agg[CLOCK].iat[i]
+            head = " & ".join(ps)
+            if not ps[0].startswith("default") and _finite(clk):
+                head += f": {clk:.0f} MHz"
+            out.append((i, name, head + ("" if i == base_i else saving.get(i, ""))))
+    return out
+
+
+def _pct(v: float) -> str:
+    """A signed percentage, with a decimal only when it is under 1 %: ``−24 %``, ``+0.4 %``."""
+    text = f"{v:+.1f}" if abs(v) < 0.95 else f"{v:+.0f}"
+    return text.replace("-", "−") + " %"
+
+
+def _isnan(v: object) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def _finite(v: object) -> bool:
+    try:
+        return v is not None and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _same(a: object, b: object) -> bool:
+    a_missing = a is None or _isnan(a) or a is pd.NA
+    b_missing = b is None or _isnan(b) or b is pd.NA
+    if a_missing or b_missing:
+        return a_missing and b_missing
+    return bool(a == b)
+
+
+def _ring_recommended(ax: Any, agg: pd.DataFrame, recs: pd.DataFrame, by: Sequence[str],
+                      styles: dict, scols: Sequence[str], tf: float, ef: float) -> None:
+    for i, name, text in _rec_points(agg, recs, by, scols):
+        if text.startswith(("default", "baseline")) and " & " not in text:
+            continue
+        c = styles.get(name, {}).get("color", "black")
+        ax.scatter([agg[TIME].iat[i] / tf], [agg[ENERGY].iat[i] / ef], s=190, facecolors="none",
+                   edgecolors=c, linewidths=1.3, zorder=6)
+
+
+def label_settings(
+    ax: Any,
+    df: pd.DataFrame,
+    recommendations: pd.DataFrame | None = None,
+    *,
+    by: Sequence[str] = DEFAULT_GROUP,
+    styles: dict[str, dict[str, Any]] | None = None,
+    series: Sequence[str] | None = None,
+) -> None:
+    """Labels the default and recommended settings of a Pareto panel, without overlaps.
+
+    Each label is tried at 32 offsets around its point (four distances, eight directions) and
+    put where it overlaps no label already placed, covers the fewest points and stays inside the
+    Axes; an arrow joins it to its point. Call it once the figure's layout is final (after
+    ``fig.draw_without_rendering()``), since it measures text in display space.
+
+    Args:
+        ax: The Axes that :func:`plot_pareto` drew on.
+        df: The same frame.
+        recommendations: The frame of :func:`analysis.recommend`, or None.
+        by: The grouping columns.
+        styles: As for :func:`plot_pareto`.
+        series: As for :func:`plot_pareto`.
+    """
+    agg = _prepare(df, by)
+    scols = list(series) if series is not None else series_columns(agg, by)
+    items = _rec_points(agg, recommendations, by, scols)
+    if not items:
+        return
+    styles = styles or series_styles([series_label(k, scols) for k, _ in
+                                      group_positions(agg, list(by))])
+    tf, _ = si_scale(numeric(agg[TIME]), "s")
+    ef, _ = si_scale(numeric(agg[ENERGY]), "J")
+    fig = ax.figure
+    renderer = _renderer(fig)
+    ax_box = ax.get_window_extent(renderer)
+    xs, ys = numeric(agg[TIME]) / tf, numeric(agg[ENERGY]) / ef
+    ok = np.isfinite(xs) & np.isfinite(ys)
+    pts = ax.transData.transform(np.column_stack([xs[ok], ys[ok]])) if ok.any() else np.empty((0, 2))
+    placed: list[Any] = []
+    labelled = {i for i, _, _ in items}
+    front = truthy(agg["on_front"]) if "on_front" in agg else np.zeros(len(agg), bool)
+    clk = numeric(agg[CLOCK])
+    for i in np.flatnonzero(front & np.isfinite(clk) & ok):
+        if i in labelled:
+            continue
+        key_name = None
+        for key, pos in group_positions(agg, list(by)):
+            if i in pos:
+                key_name = series_label(key, scols)
+        c = styles.get(key_name, {}).get("color", "0.3")
+        t = ax.annotate(f"{clk[i]:.0f}", xy=(xs[i], ys[i]), xytext=(4, 3), textcoords="offset points",
+                        fontsize=6.5, color=c, ha="left", va="bottom", zorder=7)
+        placed.append(t.get_window_extent(renderer).padded(1))
+    directions = [(1, 1), (1, -1), (-1, 1), (-1, -1), (0, 1), (0, -1), (1, 0), (-1, 0)]
+    for i, name, text in items:
+        c = styles.get(name, {}).get("color", "black")
+        xy = (xs[i], ys[i])
+        best: tuple[float, tuple[float, float]] | None = None
+        for dist in (22, 40, 62, 90):
+            for dx, dy in directions:
+                off = (dx * dist, dy * dist * 0.8)
+                ann = _annotate(ax, text, xy, off, c)
+                bb = ann.get_window_extent(renderer).padded(2)
+                ann.remove()
+                overlap = sum(_area(bb, p) for p in placed)
+                inside = _area(bb, ax_box)
+                outside = bb.width * bb.height - inside
+                covered = int(((pts[:, 0] > bb.x0) & (pts[:, 0] < bb.x1) &
+                               (pts[:, 1] > bb.y0) & (pts[:, 1] < bb.y1)).sum())
+                score = 50 * overlap + 20 * outside + 300 * covered + 2 * dist
+                if best is None or score < best[0]:
+                    best = (score, off)
+        assert best is not None
+        ann = _annotate(ax, text, xy, best[1], c)
+        placed.append(ann.get_window_extent(renderer).padded(2))
+
+
+def _annotate(ax: Any, text: str, xy: tuple[float, float], off: tuple[float, float],
+              color: Any) -> Any:
+    ha = "left" if off[0] > 0 else "right" if off[0] < 0 else "center"
+    va = "bottom" if off[1] > 0 else "top" if off[1] < 0 else "center"
+    return ax.annotate(
+        text, xy=xy, xytext=off, textcoords="offset points", ha=ha, va=va, fontsize=7.5,
+        bbox={"boxstyle": "round,pad=0.25", "fc": "white", "ec": color, "lw": 0.8, "alpha": 0.92},
+        arrowprops={"arrowstyle": "-", "color": color, "lw": 0.8, "shrinkA": 0, "shrinkB": 4},
+        zorder=8, annotation_clip=False,
+    )
+
+
+def _area(a: Any, b: Any) -> float:
+    w = min(a.x1, b.x1) - max(a.x0, b.x0)
+    h = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return max(w, 0.0) * max(h, 0.0)
+
+
+def _work_unit(df: pd.DataFrame) -> tuple[str, str, str, str, float]:
+    """(throughput column, its label, energy-per-work column, its label, energy scale)."""
+    choices = [
+        ("tflops", "energy_per_tflop_j", "Throughput (TFLOP/s)", "Energy per TFLOP (J/TFLOP)"),
+        ("gbps", "energy_per_gb_j", "Throughput (GB/s)", "Energy per GB moved (J/GB)"),
+    ]
+    if "tflops" in df.columns and "gbps" in df.columns:
+        # Arithmetic intensity below ~10 FLOP/byte (under the ridge point of current GPUs in
+        # FP32): a memory-bound kernel, whose work is the bytes it moves.
+        intensity = np.nanmedian(numeric(df["tflops"]) * 1e3 / numeric(df["gbps"])) \
+            if np.isfinite(numeric(df["tflops"]) / numeric(df["gbps"])).any() else np.nan
+        if np.isfinite(intensity) and intensity < MEMORY_BOUND_FLOP_PER_BYTE:
+            choices.reverse()
+    for rate, energy, rlabel, elabel in choices:
+        if rate in df.columns and energy in df.columns and np.isfinite(numeric(df[rate])).any() \
+                and np.isfinite(numeric(df[energy])).any():
+            return rate, rlabel, energy, elabel, 1.0
+    f, unit = si_scale(numeric(df[ENERGY]) if ENERGY in df else [], "J")
+    return "throughput", "Throughput (iterations/s)", ENERGY, f"Energy per iteration ({unit})", f
+
+
+def plot_clocks(
+    axes: Sequence[Any],
+    df: pd.DataFrame,
+    *,
+    by: Sequence[str] = DEFAULT_GROUP,
+    styles: dict[str, dict[str, Any]] | None = None,
+    thresholds: pd.DataFrame | None = None,
+    series: Sequence[str] | None = None,
+    legend: bool = True,
+) -> dict[str, Any]:
+    """Draws throughput, power and energy per unit of work against the SM clock limit.
+
+    The work unit is the workload's: TFLOP for compute kernels, GB moved for memory-bound ones
+    (median arithmetic intensity under :data:`MEMORY_BOUND_FLOP_PER_BYTE`), iterations when the
+    rows carry neither. Lines join the medians of usable settings; small
+    dots show every repeat; failed settings are crosses. Where a series had failures, the clock
+    range up to its highest failing clock is shaded (hatched in the series' colour) and its
+    lowest stable clock is a dashed line. Trials at the device's default setting are stars at
+    their observed clock. Every y axis starts at zero.
+
+    Args:
+        axes: Three Axes: throughput, power, energy per work.
+        df: Trial rows of one workload.
+        by: The grouping columns; a line per group.
+        styles: As for :func:`plot_pareto`.
+        thresholds: The frame of :func:`analysis.thresholds` for these rows (computed if None).
+        series: As for :func:`plot_pareto`.
+        legend: Draw a legend on the last Axes.
+
+    Returns:
+        The legend handles drawn, by label.
+    """
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    from analysis.thresholds import thresholds as find_thresholds
+
+    ax_rate, ax_power, ax_energy = axes
+    rate, rlabel, energy, elabel, escale = _work_unit(df)
+    agg = aggregate_repeats(df, by)
+    scols = list(series) if series is not None else series_columns(agg, by)
+    groups = group_positions(agg, list(by))
+    names = [series_label(k, scols) for k, _ in groups]
+    styles = styles or series_styles(names)
+    thr = thresholds if thresholds is not None else find_thresholds(df)
+    raw_groups = {series_label(k, scols): p for k, p in group_positions(df, list(by))}
+    reason = exclusion_reasons(agg, needed=[TIME, ENERGY])
+    usable = reason.isna().to_numpy()
+    clock = numeric(agg[CLOCK])
+    default = truthy(agg["default_setting"])
+    observed = numeric(agg["observed_sm_clock_mhz"])
+    xs = np.where(default & ~np.isfinite(clock), observed, clock)
+    metrics = [(ax_rate, rate, 1.0), (ax_power, "avg_power_w", 1.0), (ax_energy, energy, escale)]
+    handles: dict[str, Any] = {}
+    raw_clock = numeric(df[CLOCK]) if CLOCK in df else np.full(len(df), np.nan)
+    raw_default = truthy(df["default_setting"]) if "default_setting" in df else np.zeros(len(df), bool)
+    raw_x = np.where(raw_default & ~np.isfinite(raw_clock), numeric(df["observed_sm_clock_mhz"]),
+                     raw_clock) if "observed_sm_clock_mhz" in df else raw_clock
+    raw_ok = exclusion_reasons(df, needed=[TIME, ENERGY]).isna().to_numpy()
+    for (key, pos), name in zip(groups, names):
+        st = styles.get(name) or series_styles([name])[name]
+        c, m = st["color"], st["marker"]
+        line = pos[usable[pos] & ~default[pos] & np.isfinite(xs[pos])]
+        line = line[np.argsort(xs[line])]
+        dflt = pos[usable[pos] & default[pos]]
+        bad = pos[~usable[pos]]
+        rp = raw_groups.get(name, np.array([], dtype=int))
+        rp = rp[raw_ok[rp]]
+        for ax, col, scale in metrics:
+            v = numeric(agg[col]) / scale
+            raw_v = numeric(df[col]) / scale
+            ax.scatter(raw_x[rp], raw_v[rp], s=6, color=c, alpha=0.35, linewidths=0, zorder=2)
+            ax.plot(xs[line], v[line], color=c, marker=m, ms=5, lw=1.3, zorder=3)
+            ax.scatter(xs[dflt], v[dflt], s=150, marker="*", color=c, edgecolors="black",
+                       linewidths=0.6, zorder=5)
+            ax.scatter(xs[bad], v[bad], s=40, marker="x", color=c, linewidths=1.4, zorder=4)
+        handles[name] = Line2D([], [], color=c, marker=m, lw=1.3, label=name)
+    # Stability: per series, the range with failures and the lowest stable clock.
+    if len(thr) and "framework" in thr.columns:
+        thr_names = {}
+        for key, tpos in group_positions(thr, [c for c in scols if c in thr.columns]):
+            thr_names[series_label(key, scols)] = thr.iloc[tpos]
+        lo = np.nanmin(xs) if np.isfinite(xs).any() else 0.0
+        for name, t in thr_names.items():
+            st = styles.get(name)
+            if st is None:
+                continue
+            hf = numeric(t["highest_failing_mhz"])
+            ls_ = numeric(t["lowest_stable_mhz"])
+            if np.isfinite(hf).any():
+                top = float(np.nanmax(hf))
+                for ax, _, _ in metrics:
+                    ax.axvspan(lo - 40, top, facecolor=st["color"], alpha=0.10,
+                               edgecolor=st["color"], hatch=st["hatch"], lw=0, zorder=0)
+                label = f"failures at ≤ {top:.0f} MHz ({name})"
+                handles[label] = Patch(facecolor=st["color"], alpha=0.25, hatch=st["hatch"],
+                                       edgecolor=st["color"], label=label)
+                if np.isfinite(ls_).any():
+                    stable = float(np.nanmax(ls_))
+                    for ax, _, _ in metrics:
+                        ax.axvline(stable, color=st["color"], ls="--", lw=1.0, zorder=1)
+                    lab = f"lowest stable {stable:.0f} MHz ({name})"
+                    handles[lab] = Line2D([], [], color=st["color"], ls="--", label=lab)
+    if default.any():
+        handles["device default (at its observed clock)"] = Line2D(
+            [], [], color="0.25", marker="*", ms=11, ls="", label="device default (at its observed clock)")
+    if (~usable).any():
+        handles["failed or invalid setting"] = Line2D(
+            [], [], color="0.25", marker="x", ls="", mew=1.4, label="failed or invalid setting")
+    workload = next((str(v) for v in agg["workload"] if not pd.isna(v)), "") \
+        if "workload" in agg else ""
+    for ax, title, ylabel in ((ax_rate, "throughput", rlabel), (ax_power, "mean power", "Power (W)"),
+                              (ax_energy, "energy per unit of work", elabel)):
+        ax.set_xlabel("SM clock limit (MHz)")
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, lw=0.4, alpha=0.5)
+        ax.set_title(f"{workload}: {title}" if workload else title.capitalize(), fontsize=10)
+        if np.isfinite(xs).any():
+            span = np.nanmax(xs) - np.nanmin(xs)
+            pad = max(span * 0.04, 10.0)
+            ax.set_xlim(np.nanmin(xs) - pad, np.nanmax(xs) + pad)
+        ax.set_ylim(top=ax.get_ylim()[1] * 1.05)
+    if legend:
+        ax_energy.legend(handles=list(handles.values()), fontsize=7, loc="best", framealpha=0.9)
+    return handles

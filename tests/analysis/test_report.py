@@ -1,0 +1,116 @@
+"""The report: every file, images of the asked size, one self-contained HTML, and the CLI."""
+
+from __future__ import annotations
+
+import sqlite3
+import struct
+
+import pytest
+
+from analysis.report import main, write_report
+from orchestrator.store import SCHEMA_VERSION, STORE_FILENAME, ResultStore
+
+SIZE = (1200, 750)
+
+
+def png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()[:24]
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory, make_rows):
+    root = tmp_path_factory.mktemp("report")
+    with ResultStore(root / "sweep") as store:
+        store.put_meta("sweep", {"workload": ["gemm", "stencil"], "measure": {"repeats": 2}})
+        store.put_meta("versions", {"jax": "0.10.2", "tensorflow": "2.21.0", "numpy": "2.4.6"})
+        # 2 workloads x 2 frameworks x 8 clocks (+ the default setting), 2 repeats each.
+        for row in make_rows(repeats=2):
+            store.put(row)
+    files = write_report(root / "sweep", root / "out", max_slowdown=0.10, image_size=SIZE)
+    return root, files
+
+
+def test_every_file_is_written_and_not_empty(report):
+    _, files = report
+    assert set(files) == {"pareto.png", "pareto.svg", "clocks.png", "report.md", "report.html",
+                          "trials.csv", "front.csv", "recommendations.csv", "thresholds.csv"}
+    for path in files.values():
+        assert path.is_file() and path.stat().st_size > 0
+
+
+def test_pngs_have_the_asked_pixel_size(report):
+    _, files = report
+    assert png_size(files["pareto.png"]) == SIZE
+    assert png_size(files["clocks.png"]) == SIZE
+
+
+def test_html_is_one_self_contained_file_with_images_and_tables(report):
+    _, files = report
+    html = files["report.html"].read_text(encoding="utf-8")
+    assert html.count("data:image/png;base64,") == 2
+    assert 'src="pareto.png"' not in html and "<table" in html
+    for heading in ("Recommended settings", "Stability thresholds", "Library versions",
+                    "Failed and invalid trials", "Devices", "Sweep configuration"):
+        assert heading in html
+
+
+def test_markdown_summarises_config_devices_savings_thresholds_and_versions(report):
+    _, files = report
+    md = files["report.md"].read_text(encoding="utf-8")
+    assert "| measure.repeats | 2 |" in md
+    assert "GPU-sim-0001" in md and "A100-SXM4-40GB" in md
+    assert "min_energy_within_slowdown" in md and "energy saved (%)" in md
+    assert "| 1185 | 1050 |" in md  # jax gemm: stable from 1185 MHz, fails at 1050 MHz
+    assert "status=wrong" in md and "observed SM clock 600 MHz" in md
+    assert "| jax | 0.10.2 |" in md and "| numpy | 2.4.6 |" in md
+    assert "![" in md and "(pareto.png)" in md
+
+
+def test_csvs_hold_every_trial_and_every_setting(report):
+    import pandas as pd
+
+    _, files = report
+    assert len(pd.read_csv(files["trials.csv"])) == 2 * 2 * 9 * 2
+    front = pd.read_csv(files["front.csv"])
+    assert len(front) == 2 * 2 * 9 and front["on_front"].any()
+    assert front.loc[front["status"] == "wrong", "on_front"].eq(False).all()
+
+
+def test_main_writes_a_report_and_returns_0(report, capsys):
+    root, _ = report
+    assert main([str(root / "sweep"), "--out", str(root / "cli"), "--size", "640x400"]) == 0
+    assert png_size(root / "cli" / "pareto.png") == (640, 400)
+    assert "report.html" in capsys.readouterr().out
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dvfs report: ")
+    return err
+
+
+def test_main_on_a_directory_without_a_store_exits_2(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 2
+    assert str(tmp_path) in one_line_error(capsys)
+
+
+def test_main_on_an_empty_store_exits_2(tmp_path, capsys):
+    ResultStore(tmp_path).close()
+    assert main([str(tmp_path)]) == 2
+    assert "no trials" in one_line_error(capsys)
+
+
+def test_main_on_a_newer_schema_exits_2(tmp_path, capsys):
+    with ResultStore(tmp_path) as store:
+        store.put({"trial_key": "a", "repeat": 0, "status": "ok"})
+    with sqlite3.connect(tmp_path / STORE_FILENAME) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    assert main([str(tmp_path)]) == 2
+    assert f"version {SCHEMA_VERSION + 1}" in one_line_error(capsys)
+
+
+def test_main_refuses_a_bad_option(tmp_path, capsys):
+    assert main([str(tmp_path), "--size", "big"]) == 2
+    assert main([str(tmp_path), "--max-slowdown", "-1"]) == 2
