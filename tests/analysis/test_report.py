@@ -114,3 +114,18 @@ def test_main_on_a_newer_schema_exits_2(tmp_path, capsys):
 def test_main_refuses_a_bad_option(tmp_path, capsys):
     assert main([str(tmp_path), "--size", "big"]) == 2
     assert main([str(tmp_path), "--max-slowdown", "-1"]) == 2
+
+
+def test_a_sweep_that_has_just_started_still_gets_a_report(tmp_path):
+    base = {"status": "ok", "valid": True, "workload": "gemm", "framework": "jax"}
+    with ResultStore(tmp_path / "sweep") as store:  # left open: the sweep is still writing
+        store.put({**base, "trial_key": "a", "repeat": 0, "time_per_iter_s": 0.10,
+                   "energy_per_iter_j": 2.0, "sm_clock_max_mhz": 900})
+        store.put({**base, "trial_key": "b", "repeat": 0, "time_per_iter_s": 0.08,
+                   "energy_per_iter_j": 2.5, "sm_clock_max_mhz": 1200})
+        store.put({**base, "trial_key": "c", "repeat": 0, "status": "crash", "valid": False,
+                   "sm_clock_max_mhz": 600, "error": "Xid 79"})
+        files = write_report(tmp_path / "sweep", tmp_path / "out", image_size=(640, 400))
+    assert png_size(files["pareto.png"]) == (640, 400)
+    md = files["report.md"].read_text(encoding="utf-8")
+    assert "status=crash" in md and "1200 MHz" in md and "thresholds.csv" in files
