@@ -175,7 +175,7 @@ def run_trial(ctx: TrialContext, cfg: Any, resolved: dict[str, Any]) -> list[dic
             dtype=cfg.workload.dtype,
             precision=cfg.framework.precision,
             seed=int(cfg.seed),
-            xla=bool(cfg.framework.get("xla", False)) if hasattr(cfg.framework, "get") else cfg.framework.xla,
+            xla=bool(cfg.framework.xla),
         )
         base["framework_version"] = kernel.framework_version
         base["versions"] = library_versions(cfg.framework.name)
@@ -384,12 +384,12 @@ def _fill_checks(row: dict[str, Any], digests: list[str], sampled: list[np.ndarr
     from kernels import check_outputs
 
     result = check_outputs(
+        sampled,
+        reference,
+        cfg.workload.dtype,
+        cfg.framework.precision,
+        cfg.workload.name,
         digests=digests,
-        sampled=sampled,
-        reference=reference,
-        dtype=cfg.workload.dtype,
-        precision=cfg.framework.precision,
-        workload=cfg.workload.name,
     )
     row.update(
         rel_error=float(result.rel_error),

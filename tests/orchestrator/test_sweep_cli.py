@@ -1,0 +1,96 @@
+"""`dvfs sweep` end to end, in subprocesses, as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from orchestrator.store import ResultStore
+
+from conftest import DVFS, REPO
+
+QUICK = ["workload.size=tiny", "measure=quick", "measure.settle_s=0"]
+
+
+def env_for(tmp_path):
+    return dict(os.environ, DVFS_SIM_STATE_DIR=str(tmp_path / "sim"), PYTHONUNBUFFERED="1")
+
+
+def dvfs(tmp_path, *args, timeout=300):
+    return subprocess.run([*DVFS, *args], cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_plain_sweep_runs_one_trial_and_prints_a_summary(tmp_path):
+    out = dvfs(tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}", "device.sm_clock_mhz=1200")
+    assert out.returncode == 0, out.stderr
+    assert "gemm/jax float32 [sm=1200 MHz] #0: ok" in out.stdout
+    with ResultStore(tmp_path / "run", readonly=True) as store:
+        (row,) = store.rows()
+    assert row["sm_clock_max_mhz"] == 1200 and row["status"] == "ok"
+    assert row["observed_sm_clock_mhz"] == pytest.approx(1200, abs=1)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("device.sm_clock_mhz=99999", "SM clock 99999 MHz is not supported by NVIDIA A100-SXM4-40GB; supported: 210-1410 MHz"),
+        ("device.power_limit_w=5000", "power limit 5000 W is out of range for NVIDIA A100-SXM4-40GB: 100-400 W"),
+        ("workload=nope", "Could not find 'workload/nope'"),
+        ("workload.name=nope", "unknown workload 'nope'"),
+        ("measure.window_s=-1", "measure.window_s=-1.0 must be greater than 0"),
+        ("measure.windw_s=2", "Key 'windw_s' not in 'MeasureConfig'"),
+        ("device.profile=a99", "a99"),
+        ("device.gpus=[5]", "no GPU with index 5"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_touches_no_device(tmp_path, override, message):
+    out = dvfs(tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}", override, timeout=120)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert message in lines[0]
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "run" / "trials.sqlite").exists()
+    journal = tmp_path / "sim" / "journal"
+    assert not journal.exists() or not list(journal.glob("*.json"))
+
+
+GRID = [
+    "sweep", "-m", "hydra/launcher=basic", *QUICK, "measure.window_s=2",
+    "device.sm_clock_mhz=range(900,1411,30)",
+]
+
+
+def test_a_sweep_killed_midway_resumes_into_the_same_directory(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    args = [*DVFS, *GRID, f"hydra.sweep.dir={sweep_dir}"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env_for(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    stored = 0
+    while time.time() < deadline and stored < 4:
+        time.sleep(0.5)
+        if (sweep_dir / "trials.sqlite").exists():
+            with ResultStore(sweep_dir, readonly=True) as store:
+                stored = len(store)
+    assert stored >= 4, proc.stderr.read() if proc.poll() is not None else "too slow"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with ResultStore(sweep_dir, readonly=True) as store:  # opens, every finished trial there
+        first = store.rows()
+    assert 4 <= len(first) < 18
+    assert all(r["status"] == "ok" for r in first)
+
+    restore = dvfs(tmp_path, "restore")
+    assert restore.returncode == 0, restore.stderr
+    rerun = subprocess.run(args, cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert rerun.stdout.count("already stored") == len(first)
+    with ResultStore(sweep_dir, readonly=True) as store:
+        rows = store.rows()
+    keys = [(r["trial_key"], r["repeat"]) for r in rows]
+    assert len(rows) == 18 and len(set(keys)) == 18
+    assert sorted(r["sm_clock_max_mhz"] for r in rows) == list(range(900, 1411, 30))

@@ -1,0 +1,103 @@
+"""One trial on the simulated GPU: energy, correctness below and above the threshold, validity."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from kernels import KernelCache
+from orchestrator.config import compose
+from orchestrator.devices import journal_dir, open_backend
+from orchestrator.guard import Journal, SettingsGuard
+from orchestrator.trial import TrialContext, objective, run_trial
+
+KERNELS = KernelCache()  # one cache for the module: each kernel compiles once, as on a worker
+
+
+@pytest.fixture
+def run(tmp_path):
+    """run(*overrides) -> rows of one trial on a fresh simulated A100."""
+    opened = []
+
+    def _run(*overrides: str):
+        cfg = compose(
+            [
+                "workload.size=tiny",
+                "measure=quick",
+                f"device.state_dir={tmp_path / 'sim'}",
+                *overrides,
+            ]
+        )
+        backend = open_backend(cfg.device)
+        device = backend.device(0)
+        guard = SettingsGuard(device, Journal(journal_dir(cfg.device))).__enter__()
+        opened.append((backend, guard))
+        ctx = TrialContext(device=device, guard=guard, kernels=KERNELS, sweep_id="test")
+        rows = run_trial(ctx, cfg, OmegaConf.to_container(cfg, resolve=True))
+        return rows, ctx
+
+    yield _run
+    for backend, guard in opened:
+        guard.close()
+        backend.close()
+
+
+def test_counter_energy_equals_model_power_times_time(run):
+    rows, _ = run("measure.window_s=10", "device.energy_update_period_s=0.02")
+    (row,) = rows
+    assert row["status"] == "ok" and row["valid"], row
+    assert row["meter"] == "counter"
+    # A compute-bound kernel at a fixed clock draws constant model power: energy = P x t.
+    assert row["energy_j"] == pytest.approx(row["peak_power_w"] * row["time_s"], rel=5e-3)
+    assert row["energy_counter_updates"] >= 10
+
+
+def test_polling_at_20_hz_is_within_3_percent_over_2_s(run):
+    rows, _ = run("measure.window_s=2", "measure.meter=polling", "measure.poll_hz=20", "workload=stencil")
+    (row,) = rows
+    assert row["meter"] == "polling"
+    assert row["energy_j"] == pytest.approx(row["peak_power_w"] * row["time_s"], rel=0.03)
+
+
+def test_below_the_planted_threshold_the_checks_fail_and_above_they_pass(run):
+    planted = "+device.planted_thresholds={0: {gemm: 1065}}"
+    above, _ = run(planted, "device.sm_clock_mhz=1200", "measure.min_iters=40")
+    below, _ = run(planted, "device.sm_clock_mhz=900", "measure.min_iters=40")
+    assert above[0]["status"] == "ok"
+    assert above[0]["determinism_mismatches"] == 0
+    assert below[0]["status"] in ("wrong", "nondeterministic", "crash")
+    assert below[0]["status"] != "ok"
+
+
+def test_a_power_cap_below_the_draw_makes_a_clocked_trial_invalid(run):
+    rows, _ = run("device.sm_clock_mhz=1410", "device.power_limit_w=150")
+    (row,) = rows
+    assert not row["valid"]
+    assert "sw_power_cap" in row["invalid_reason"]
+    assert "sw_power_cap" in row["throttle_reasons"]
+    assert row["observed_sm_clock_mhz"] < 1410 - 30
+
+
+def test_a_kernel_that_raises_is_a_crash_row_and_the_device_is_restored(run):
+    class Exploding:
+        builds = 0
+
+        def get(self, *a, **k):
+            raise RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS")
+
+    rows, ctx = run("device.power_limit_w=250", "measure.repeats=2")
+    ctx.kernels = Exploding()
+    cfg = compose(["workload.size=tiny", "measure=quick", "device.power_limit_w=250", "measure.repeats=2"])
+    crashed = run_trial(ctx, cfg, OmegaConf.to_container(cfg, resolve=True))
+    assert [r["status"] for r in crashed] == ["crash", "crash"]
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in crashed[0]["error"]
+    assert ctx.device.settings().power_limit_w == 400
+    assert objective(crashed, "energy_per_work") == float("inf")
+
+
+def test_repeats_give_one_row_each_with_the_same_key(run):
+    rows, _ = run("measure.repeats=3")
+    assert [r["repeat"] for r in rows] == [0, 1, 2]
+    assert len({r["trial_key"] for r in rows}) == 1
+    assert all(r["status"] == "ok" for r in rows)
+    assert objective(rows, "edp") > 0
