@@ -30,6 +30,15 @@ from kernels import _frameworks as fw
 from kernels.spec import ITEMSIZE, KernelOptionError, KernelSpec, WorkCounts
 
 
+def format_size(size: Any) -> str:
+    """A workload size as ``field=value`` pairs, tuples joined by ``x``: ``m=64 k=48 n=80``."""
+    parts = []
+    for field, value in size._asdict().items():
+        text = "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        parts.append(f"{field}={text}")
+    return " ".join(parts)
+
+
 def _check_framework(framework: str) -> None:
     if framework not in fw.FRAMEWORKS:
         raise KernelOptionError(
@@ -177,7 +186,7 @@ class BuiltKernel:
             "framework_version": self.framework_version,
             "preset": self.preset,
             "variant": self.variant,
-            "size": repr(tuple(self.size)),
+            "size": format_size(self.size),
             "dtype": self.dtype,
             "precision": self.precision,
             "seed": self.seed,

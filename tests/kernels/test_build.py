@@ -25,6 +25,7 @@ def test_a_built_kernel_reports_what_it_runs(frameworks, gemm_jax):
     assert tuple(k.size) == (96, 48, 80)
     row = k.describe()
     assert row["flops"] == k.counts.flops and row["variant"] == "rect"
+    assert row["size"] == "m=96 k=48 n=80"
     t = build_kernel("selu", "tensorflow", "tiny", xla=True)
     assert t.framework_version == tf.__version__ and t.xla is True
 
