@@ -15,13 +15,13 @@ framework initialises a device:
 
 Precision names are ours and map to each framework's own knob:
 
-========== =============================================== ==========================================
-ours       JAX (``jax_default_matmul_precision``)           TensorFlow (TF32 switch)
-========== =============================================== ==========================================
-default    framework default (TF32 on Ampere+ GPUs)        framework default (TF32 enabled)
-highest    ``"highest"`` (full fp32)                        TF32 disabled
-tf32       ``"tensorfloat32"``                              TF32 enabled
-========== =============================================== ==========================================
+========== ============================================ ==============================
+ours       JAX (``jax_default_matmul_precision``)        TensorFlow (TF32 switch)
+========== ============================================ ==============================
+default    framework default (TF32 on Ampere+ GPUs)     framework default (TF32 on)
+highest    ``"highest"`` (full fp32)                     TF32 disabled
+tf32       ``"tensorfloat32"``                           TF32 enabled
+========== ============================================ ==============================
 
 bf16 is a dtype (bfloat16 inputs and outputs), not a precision. On a CPU, TF32 does not exist and
 every float32 matmul runs at full precision whatever the knob says.

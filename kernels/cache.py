@@ -62,7 +62,9 @@ class KernelCache:
         with self._lock:
             kernel = self._kernels.get(key)
             if kernel is None:
-                kernel = build_kernel(workload, framework, preset, dtype, precision, seed, xla, variant)
+                kernel = build_kernel(
+                    workload, framework, preset, dtype, precision, seed, xla, variant
+                )
                 self._kernels[key] = kernel
                 self.builds += 1
             return kernel

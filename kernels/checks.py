@@ -29,7 +29,7 @@ workload    fp32     tf32  bf16   why
 =========== ======== ===== ====== =============================================================
 stencil     1e-5     -     1e-2   two adds per axis: ~1 rounding per element
 selu        1e-5     -     1e-2   a few ulp of exp
-gemm        3e-5     1e-3  1e-2   sum of K products: ~u*sqrt(K/2) = 4e-6 at K = 8192; TF32 ~0.8*2**-11
+gemm        3e-5     1e-3  1e-2   K products: ~u*sqrt(K/2) = 4e-6 at K = 8192; TF32 ~0.8*2**-11
 conv3d      3e-5     2e-3  1e-2   sum of 27*C_in products, same argument; TF32 on both operands
 mlp_train   1e-5     1e-3  1e-2   the output is p - lr*g: dominated by the exactly-stored parameters
 hessian     1e-4     -     2e-2   autodiff graph (~20 ops) vs the closed form, cancellation in f''

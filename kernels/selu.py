@@ -43,7 +43,7 @@ def count_work(size: SeluSize, itemsize: int) -> WorkCounts:
 
 
 def make_inputs(size: SeluSize, rng: np.random.Generator) -> tuple[np.ndarray]:
-    """Normal inputs with standard deviation 2, so both branches and the exp's tail are exercised."""
+    """Normal inputs of standard deviation 2: both branches and the exp's tail are exercised."""
     return (2.0 * rng.standard_normal(size.shape),)
 
 

@@ -99,7 +99,7 @@ class KernelSpec:
 
     @property
     def variants(self) -> tuple[str, ...]:
-        """Shape variants (e.g. ``"1d"``, ``"2d"``, ``"3d"`` for the stencil); the first is the default."""
+        """Shape variants (the stencil's ``"1d"``, ``"2d"``, ``"3d"``); the first is the default."""
         return tuple(next(iter(self.sizes.values())))
 
     @property
@@ -108,7 +108,7 @@ class KernelSpec:
         return self.variants[0]
 
     def precisions_for(self, dtype: str) -> tuple[str, ...]:
-        """Precisions accepted with ``dtype``: all of them for float32, only the default otherwise."""
+        """Precisions accepted with ``dtype``: all for float32, only the default otherwise."""
         return self.precisions if dtype == "float32" else ("default",)
 
     def validate(
@@ -148,7 +148,7 @@ class KernelSpec:
         return variant
 
     def size(self, preset: str, variant: str | None = None) -> Any:
-        """Return the size of ``preset`` (and ``variant``), a NamedTuple specific to the workload."""
+        """Return the size of ``preset`` and ``variant``: a NamedTuple of the workload's own."""
         variant = self.validate(preset, self.dtypes[0], "default", variant)
         return self.sizes[preset][variant]
 

@@ -110,7 +110,8 @@ def test_digest_covers_dtype_and_shape_not_only_bytes():
     assert output_digest(a) != output_digest(a.reshape(2, 3))
     assert output_digest(a) != output_digest(a.view(np.int32))
     assert output_digest(a) == output_digest(a.copy())
-    assert output_digest(a.reshape(2, 3).T) == output_digest(np.ascontiguousarray(a.reshape(2, 3).T))
+    transposed = a.reshape(2, 3).T
+    assert output_digest(transposed) == output_digest(np.ascontiguousarray(transposed))
 
 
 def test_check_refuses_a_shape_mismatch_and_digests_passed_as_outputs():

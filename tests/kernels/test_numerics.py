@@ -24,6 +24,9 @@ from kernels import (
 )
 
 
+FRAMEWORK_MODES = (("jax", False), ("tensorflow", False), ("tensorflow", True))
+
+
 def _cases() -> list:
     cases = []
     for name in list_workloads():
@@ -31,8 +34,9 @@ def _cases() -> list:
         for dtype in spec.dtypes:
             for precision in spec.precisions_for(dtype):
                 for variant in spec.variants:
-                    for framework, xla in (("jax", False), ("tensorflow", False), ("tensorflow", True)):
-                        tag = f"{name}-{variant}-{framework}{'-xla' if xla else ''}-{dtype}-{precision}"
+                    for framework, xla in FRAMEWORK_MODES:
+                        mode = f"{framework}-xla" if xla else framework
+                        tag = f"{name}-{variant}-{mode}-{dtype}-{precision}"
                         cases.append(
                             pytest.param(name, variant, framework, xla, dtype, precision, id=tag)
                         )
