@@ -49,6 +49,7 @@ class DeviceConfig:
     scenario: Optional[str] = None  # a ready fault scenario, e.g. "seed_claims"
     planted_thresholds: Optional[dict[str, Any]] = None  # {gpu index: {kernel class: MHz}}
     energy_update_period_s: float = 0.02  # the energy counter's update period (real: 20-100 ms)
+    inject: Any = None  # tests and chaos only (sim): a fault to inject, see orchestrator/inject.py
 
 
 @dataclass

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator import inject
 from orchestrator.config import parse_sm_clock
 from orchestrator.devices.base import Device, Fault, KernelWork
 from orchestrator.errors import DeviceError, DeviceLostError, UserError
@@ -284,6 +285,7 @@ def _base_row(ctx: TrialContext, cfg: Any, resolved: dict[str, Any], key: str, r
 
 def _call(kernel: Any, device: Device, work: KernelWork, rng: np.random.Generator) -> np.ndarray:
     """One kernel call, accounted by the device; a simulated fault corrupts or crashes it."""
+    inject.on_kernel_call(device)  # test and chaos only: device.inject (orchestrator/inject.py)
     out = kernel.to_numpy(kernel.call_device())
     fault = device.on_kernel_call(work)
     if fault is Fault.CRASH:

@@ -1,0 +1,175 @@
+"""Fault injection, for tests and chaos runs on the simulated GPU only.
+
+``device.inject`` makes one kernel call of a trial misbehave the way real hardware and drivers do,
+so that the launcher's failure handling can be exercised on the sim::
+
+    device.inject={hang_s: 30, at_call: 5, gpu: 1}          # a hung kernel (-> `timeout`)
+    device.inject={exit_process: true, at_call: 2, gpu: 0}  # SIGKILL of the worker (-> `crash`)
+    device.inject={raise_error: boom}                       # a kernel that raised (-> `crash`)
+
+Keys:
+
+- ``at_call`` (default 1): which kernel call of the trial misbehaves, counting warm-up calls from 1.
+- ``gpu`` (default: any): the GPU it happens on, by NVML index or UUID.
+- ``workload`` (default: any): only trials of this workload.
+- ``times`` (default 1): how many trials it hits on each GPU in one sweep; ``null``: every trial.
+  The count is kept on disk in the simulated machine's state directory, so a worker that was
+  killed by the fault and replaced does not fire it again.
+- one action: ``hang_s`` (sleep this many seconds inside the call), ``exit_process`` (the worker
+  sends itself SIGKILL: what a segfault or the OOM killer does) or ``raise_error`` (the call raises
+  :class:`InjectedFault` with this message).
+
+Faults are armed per trial by whoever runs it (the ``ray_gpus`` launcher's worker, which is the
+one that supervises hangs and deaths) and fire from one hook in the trial's kernel call. They are
+refused on ``backend=nvml``: nothing here ever runs against a real GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import UserError
+
+ACTIONS = ("hang_s", "exit_process", "raise_error")
+KEYS = ("at_call", "gpu", "workload", "times", *ACTIONS)
+SIM_STATE_ENV = "DVFS_SIM_STATE_DIR"  # as orchestrator.devices.SIM_STATE_ENV (no import: floor 1)
+
+
+class InjectedFault(RuntimeError):
+    """A kernel call that raised because ``device.inject`` said so."""
+
+
+@dataclass
+class _Plan:
+    spec: dict[str, Any]
+    at_call: int
+    counter: Path | None  # where the fired count lives (None: not persisted)
+    calls: int = 0
+
+
+_armed: dict[str, _Plan] = {}  # device UUID -> the plan of the trial running on it
+
+
+def validate(spec: Any, backend: str) -> dict[str, Any] | None:
+    """Check a ``device.inject`` value; returns it as a plain dict (None: no injection).
+
+    Raises:
+        UserError: an unknown key, no action or two, a bad value, or a backend other than sim.
+    """
+    if spec is None:
+        return None
+    if hasattr(spec, "items"):
+        spec = {str(k): v for k, v in spec.items()}
+    else:
+        raise UserError(f"device.inject={spec!r} must be a dict, e.g. {{hang_s: 30, at_call: 2}}")
+    if not spec:
+        return None
+    if backend != "sim":
+        raise UserError(
+            f"device.inject is a test-and-chaos knob of the simulated GPU; refused on "
+            f"device.backend={backend}"
+        )
+    unknown = sorted(set(spec) - set(KEYS))
+    if unknown:
+        raise UserError(f"device.inject: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
+    actions = [a for a in ACTIONS if spec.get(a) not in (None, False)]
+    if len(actions) != 1:
+        raise UserError(f"device.inject needs exactly one of {', '.join(ACTIONS)}; got {actions or 'none'}")
+    at_call = spec.get("at_call", 1)
+    if not isinstance(at_call, int) or at_call < 1:
+        raise UserError(f"device.inject.at_call={at_call!r} must be a call number from 1")
+    times = spec.get("times", 1)
+    if times is not None and (not isinstance(times, int) or times < 1):
+        raise UserError(f"device.inject.times={times!r} must be 1 or more, or null (every trial)")
+    if spec.get("hang_s") is not None and float(spec["hang_s"]) <= 0:
+        raise UserError(f"device.inject.hang_s={spec['hang_s']} must be greater than 0")
+    return spec
+
+
+def arm(spec: Any, device: Any, *, sweep_id: str = "", workload: str | None = None) -> bool:
+    """Arm (or clear) the fault for the next trial on ``device``; True if it will fire.
+
+    Args:
+        spec: the job's ``device.inject`` (None or empty: nothing).
+        device: the ``Device`` the trial runs on.
+        sweep_id: scopes the ``times`` count to one sweep.
+        workload: the trial's workload name (for the ``workload`` filter).
+    """
+    ident = device.identity
+    _armed.pop(ident.uuid, None)
+    spec = validate(spec, ident.backend)
+    if spec is None:
+        return False
+    gpu = spec.get("gpu")
+    if gpu is not None and str(gpu) not in (str(ident.index), ident.uuid):
+        return False
+    if spec.get("workload") is not None and spec["workload"] != workload:
+        return False
+    counter = _counter_path(spec, ident.uuid, sweep_id)
+    times = spec.get("times", 1)
+    if times is not None and _fired(counter) >= times:
+        return False
+    _armed[ident.uuid] = _Plan(spec=spec, at_call=int(spec.get("at_call", 1)), counter=counter)
+    return True
+
+
+def disarm(device: Any) -> None:
+    """Drop whatever is armed on ``device`` (after its trial)."""
+    _armed.pop(device.identity.uuid, None)
+
+
+def on_kernel_call(device: Any) -> None:
+    """The hook at the start of every kernel call (``trial._call``): fires an armed fault."""
+    if not _armed:
+        return
+    plan = _armed.get(device.identity.uuid)
+    if plan is None:
+        return
+    plan.calls += 1
+    if plan.calls != plan.at_call:
+        return
+    _armed.pop(device.identity.uuid, None)
+    _record_fired(plan.counter)  # before acting: a process killed by its own fault still counts
+    spec = plan.spec
+    if spec.get("hang_s") is not None:
+        time.sleep(float(spec["hang_s"]))
+    elif spec.get("exit_process"):
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)  # SIGKILL is asynchronous for an instant
+    elif spec.get("raise_error") is not None:
+        raise InjectedFault(f"injected fault: {spec['raise_error']}")
+
+
+def _counter_path(spec: dict[str, Any], uuid: str, sweep_id: str) -> Path | None:
+    state = os.environ.get(SIM_STATE_ENV)
+    if not state:
+        return None
+    tag = hashlib.sha1(repr((sweep_id, sorted(spec.items(), key=str))).encode()).hexdigest()[:12]
+    return Path(state) / "inject" / f"{tag}-{uuid}.count"
+
+
+def _fired(counter: Path | None) -> int:
+    if counter is None:
+        return 0
+    try:
+        return int(counter.read_text() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def _record_fired(counter: Path | None) -> None:
+    if counter is None:
+        return
+    counter.parent.mkdir(parents=True, exist_ok=True)
+    tmp = counter.with_suffix(f".tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(str(_fired(counter) + 1))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, counter)
