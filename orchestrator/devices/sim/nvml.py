@@ -1,0 +1,436 @@
+"""A simulated NVML: nvidia-ml-py's ``pynvml`` API over the GPU model.
+
+Same function names, arguments, return types, constants and error classes as ``pynvml`` for every
+call the adapter makes, so a program written against ``pynvml`` runs unchanged with this module in
+its place. The constants, structs and ``NVMLError`` subclasses are *imported from* nvidia-ml-py
+rather than copied: this is the one module besides the NVML adapter allowed to import ``pynvml``,
+because sharing its types is what makes ``except pynvml.NVMLError_NoPermission`` catch our errors.
+
+Semantics follow NVML's: every call before ``nvmlInit`` raises ``NVMLError_Uninitialized``;
+``nvmlInit``/``nvmlShutdown`` are reference-counted; setters raise ``NVMLError_NoPermission``
+when the machine is not privileged; values outside the supported range raise
+``NVMLError_InvalidArgument`` (a locked clock inside the range runs at the nearest supported clock
+at or below it, as NVML rounds); offsets on Volta/Pascal and the energy counter on Pascal raise
+``NVMLError_NotSupported``; a GPU marked lost raises ``NVMLError_GpuIsLost`` on every call.
+
+The machine lives in a state directory (``$DVFS_SIM_STATE_DIR``, see ``state.py``). Calls named
+``sim*`` are extensions real NVML has no counterpart for: accounting a kernel call (virtual time,
+energy, fault), idling, reading the virtual clock, losing a GPU and reading its ground truth.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import pynvml as _real
+
+# Share nvidia-ml-py's constants, structs and error classes (never its functions: an NVML call
+# this module does not simulate must not reach a real driver).
+globals().update(
+    {
+        name: value
+        for name, value in vars(_real).items()
+        if name.startswith(("NVML_", "NVMLError", "nvmlClocksEventReason", "nvmlClocksThrottleReason", "c_nvml", "nvmlClockOffset", "nvmlPciInfo"))
+        or (isinstance(value, type) and issubclass(value, Exception))
+    }
+)
+NVMLError = _real.NVMLError
+NVML_CLOCK_GRAPHICS = _real.NVML_CLOCK_GRAPHICS
+NVML_CLOCK_MEM = _real.NVML_CLOCK_MEM
+NVML_CLOCK_SM = _real.NVML_CLOCK_SM
+NVML_ERROR_GPU_IS_LOST = _real.NVML_ERROR_GPU_IS_LOST
+NVML_ERROR_INVALID_ARGUMENT = _real.NVML_ERROR_INVALID_ARGUMENT
+NVML_ERROR_NO_PERMISSION = _real.NVML_ERROR_NO_PERMISSION
+NVML_ERROR_NOT_FOUND = _real.NVML_ERROR_NOT_FOUND
+NVML_ERROR_NOT_SUPPORTED = _real.NVML_ERROR_NOT_SUPPORTED
+NVML_ERROR_UNINITIALIZED = _real.NVML_ERROR_UNINITIALIZED
+NVML_TEMPERATURE_GPU = _real.NVML_TEMPERATURE_GPU
+c_nvmlPciInfo_t = _real.nvmlPciInfo_t
+
+from orchestrator.devices.base import ClockEventReason, Fault, KernelWork
+from orchestrator.devices.sim import model
+from orchestrator.devices.sim.state import Machine, state_dir_from_env
+
+_ARCH = {"kepler": 2, "maxwell": 3, "pascal": 4, "volta": 5, "turing": 6, "ampere": 7, "ada": 8, "hopper": 9}
+
+_lock = threading.Lock()
+_refcount = 0
+_machine: Machine | None = None
+
+
+@dataclass(frozen=True)
+class SimHandle:
+    """An opaque device handle (NVML's is a pointer)."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class SimCallResult:
+    """What one accounted kernel call did on the simulated GPU."""
+
+    duration_s: float
+    energy_mj: float
+    power_mw: int
+    sm_clock_mhz: int
+    fault: Fault
+
+
+# --- init -------------------------------------------------------------------------------------
+def nvmlInit() -> None:
+    """Open the machine in ``$DVFS_SIM_STATE_DIR`` (reference-counted, as NVML is)."""
+    global _refcount, _machine
+    with _lock:
+        if _refcount == 0:
+            _machine = Machine(state_dir_from_env())
+        _refcount += 1
+
+
+def nvmlInitWithFlags(flags: int) -> None:
+    del flags
+    nvmlInit()
+
+
+def nvmlShutdown() -> None:
+    global _refcount, _machine
+    with _lock:
+        if _refcount == 0:
+            raise NVMLError(NVML_ERROR_UNINITIALIZED)
+        _refcount -= 1
+        if _refcount == 0:
+            _machine = None
+
+
+def _m() -> Machine:
+    if _machine is None:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    return _machine
+
+
+def _gpu(handle: SimHandle, *, allow_lost: bool = False) -> tuple[Machine, int]:
+    m = _m()
+    if not isinstance(handle, SimHandle) or not 0 <= handle.index < len(m.gpus):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    if not allow_lost and m.read(handle.index)["lost"]:
+        raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+    return m, handle.index
+
+
+def _setter(handle: SimHandle) -> tuple[Machine, int]:
+    m, i = _gpu(handle)
+    if not m.spec.privileged:
+        raise NVMLError(NVML_ERROR_NO_PERMISSION)
+    return m, i
+
+
+def simMachineStateDir() -> str:
+    """The state directory of the open machine."""
+    return str(_m().state_dir)
+
+
+# --- system and handles -----------------------------------------------------------------------
+def nvmlSystemGetDriverVersion() -> str:
+    return _m().driver_version
+
+
+def nvmlDeviceGetCount() -> int:
+    return len(_m().gpus)
+
+
+def nvmlDeviceGetHandleByIndex(index: int) -> SimHandle:
+    m = _m()
+    if not isinstance(index, int) or not 0 <= index < len(m.gpus):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return SimHandle(index)
+
+
+def nvmlDeviceGetHandleByUUID(uuid: str | bytes) -> SimHandle:
+    uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+    for g in _m().gpus:
+        if g.uuid == uuid:
+            return SimHandle(g.index)
+    raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+
+def nvmlDeviceGetHandleByPciBusId(pciBusId: str | bytes) -> SimHandle:
+    bus = (pciBusId.decode() if isinstance(pciBusId, bytes) else pciBusId).upper()
+    for g in _m().gpus:
+        if g.pci_bus_id.upper() == bus or g.pci_bus_id.upper().endswith(bus):
+            return SimHandle(g.index)
+    raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+
+# --- identity -------------------------------------------------------------------------------
+def nvmlDeviceGetIndex(handle: SimHandle) -> int:
+    return _gpu(handle)[1]
+
+
+def nvmlDeviceGetName(handle: SimHandle) -> str:
+    m, i = _gpu(handle)
+    return m.profiles[i].name
+
+
+def nvmlDeviceGetUUID(handle: SimHandle) -> str:
+    m, i = _gpu(handle)
+    return m.gpus[i].uuid
+
+
+def nvmlDeviceGetPciInfo(handle: SimHandle) -> c_nvmlPciInfo_t:
+    m, i = _gpu(handle)
+    bus_id = m.gpus[i].pci_bus_id
+    info = c_nvmlPciInfo_t()
+    info.busIdLegacy = bus_id[4:].encode()
+    info.busId = bus_id.encode()
+    info.domain, info.bus, info.device = 0, int(bus_id.split(":")[1], 16), 0
+    info.pciDeviceId = m.profiles[i].pci_device_id
+    return info
+
+
+def nvmlDeviceGetArchitecture(handle: SimHandle) -> int:
+    m, i = _gpu(handle)
+    return _ARCH[m.profiles[i].architecture]
+
+
+# --- what may be set --------------------------------------------------------------------------
+def nvmlDeviceGetSupportedMemoryClocks(handle: SimHandle) -> list[int]:
+    m, i = _gpu(handle)
+    return sorted(m.profiles[i].mem_clocks_mhz, reverse=True)
+
+
+def nvmlDeviceGetSupportedGraphicsClocks(handle: SimHandle, memoryClockMHz: int) -> list[int]:
+    m, i = _gpu(handle)
+    p = m.profiles[i]
+    if memoryClockMHz not in p.mem_clocks_mhz:
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return sorted(p.sm_clocks_mhz, reverse=True)
+
+
+def nvmlDeviceGetMaxClockInfo(handle: SimHandle, type: int) -> int:
+    m, i = _gpu(handle)
+    p = m.profiles[i]
+    return p.mem_max_mhz if type == NVML_CLOCK_MEM else p.f_max_mhz
+
+
+def nvmlDeviceGetPowerManagementLimitConstraints(handle: SimHandle) -> list[int]:
+    m, i = _gpu(handle)
+    p = m.profiles[i]
+    return [int(p.power_limit_min_w * 1000), int(p.power_limit_max_w * 1000)]
+
+
+def nvmlDeviceGetPowerManagementDefaultLimit(handle: SimHandle) -> int:
+    m, i = _gpu(handle)
+    return int(m.profiles[i].power_limit_default_w * 1000)
+
+
+def nvmlDeviceGetPowerManagementLimit(handle: SimHandle) -> int:
+    m, i = _gpu(handle)
+    return int(round(m.read(i)["power_limit_w"] * 1000))
+
+
+def nvmlDeviceGetEnforcedPowerLimit(handle: SimHandle) -> int:
+    return nvmlDeviceGetPowerManagementLimit(handle)
+
+
+def nvmlDeviceGetGpcClkMinMaxVfOffset(handle: SimHandle, minOffset: Any = None, maxOffset: Any = None) -> tuple[int, int]:
+    m, i = _gpu(handle)
+    rng = m.profiles[i].clock_offset_range_mhz
+    if rng is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return int(rng[0]), int(rng[1])
+
+
+def nvmlDeviceGetGpcClkVfOffset(handle: SimHandle) -> int:
+    m, i = _gpu(handle)
+    if m.profiles[i].clock_offset_range_mhz is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return int(m.read(i)["offset_mhz"])
+
+
+# --- setters ----------------------------------------------------------------------------------
+def _set(handle: SimHandle, key: str, value: Any) -> None:
+    m, i = _setter(handle)
+
+    def change(s: dict[str, Any]) -> None:
+        s[key] = value
+
+    m.update(i, change, sync=True)
+
+
+def nvmlDeviceSetGpuLockedClocks(handle: SimHandle, minGpuClockMHz: int, maxGpuClockMHz: int) -> None:
+    m, i = _setter(handle)
+    p = m.profiles[i]
+    if not p.f_min_mhz <= minGpuClockMHz <= maxGpuClockMHz <= p.f_max_mhz:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    _set(handle, "locked_sm_mhz", [int(minGpuClockMHz), int(maxGpuClockMHz)])
+
+
+def nvmlDeviceResetGpuLockedClocks(handle: SimHandle) -> None:
+    _setter(handle)
+    _set(handle, "locked_sm_mhz", None)
+
+
+def nvmlDeviceSetMemoryLockedClocks(handle: SimHandle, minMemClockMHz: int, maxMemClockMHz: int) -> None:
+    m, i = _setter(handle)
+    mems = m.profiles[i].mem_clocks_mhz
+    if not mems[0] <= minMemClockMHz <= maxMemClockMHz <= mems[-1]:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    _set(handle, "locked_mem_mhz", [int(minMemClockMHz), int(maxMemClockMHz)])
+
+
+def nvmlDeviceResetMemoryLockedClocks(handle: SimHandle) -> None:
+    _setter(handle)
+    _set(handle, "locked_mem_mhz", None)
+
+
+def nvmlDeviceSetPowerManagementLimit(handle: SimHandle, limit: int) -> None:
+    m, i = _setter(handle)
+    p = m.profiles[i]
+    if not p.power_limit_min_w * 1000 <= limit <= p.power_limit_max_w * 1000:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    _set(handle, "power_limit_w", limit / 1000.0)
+
+
+def nvmlDeviceSetGpcClkVfOffset(handle: SimHandle, offset: int) -> None:
+    m, i = _setter(handle)
+    rng = m.profiles[i].clock_offset_range_mhz
+    if rng is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    if not rng[0] <= offset <= rng[1]:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    _set(handle, "offset_mhz", int(offset))
+
+
+# --- telemetry --------------------------------------------------------------------------------
+def nvmlDeviceGetTotalEnergyConsumption(handle: SimHandle) -> int:
+    m, i = _gpu(handle)
+    if not m.profiles[i].has_energy_counter:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    s = m.read(i)
+    value = s["counter_mj"] if m.spec.energy_update_period_s > 0 else s["energy_mj"]
+    return int(value)
+
+
+def nvmlDeviceGetPowerUsage(handle: SimHandle) -> int:
+    m, i = _gpu(handle)
+    return int(round(m.read(i)["power_w"] * 1000))
+
+
+def nvmlDeviceGetClockInfo(handle: SimHandle, type: int) -> int:
+    m, i = _gpu(handle)
+    s = m.read(i)
+    if type in (NVML_CLOCK_SM, NVML_CLOCK_GRAPHICS):
+        return int(s["sm_clock_mhz"])
+    if type == NVML_CLOCK_MEM:
+        return int(s["mem_clock_mhz"])
+    raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+
+
+def nvmlDeviceGetCurrentClocksEventReasons(handle: SimHandle) -> int:
+    m, i = _gpu(handle)
+    return int(m.read(i)["reasons"])
+
+
+nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons
+
+
+def nvmlDeviceGetTemperature(handle: SimHandle, sensor: int) -> int:
+    m, i = _gpu(handle)
+    if sensor != NVML_TEMPERATURE_GPU:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return int(round(m.read(i)["temperature_c"]))
+
+
+# --- sim extensions -------------------------------------------------------------------------
+def _advance(m: Machine, i: int, s: dict[str, Any], duration_s: float, power: float) -> float:
+    """Move a GPU's virtual time on by ``duration_s`` at ``power`` W; returns the energy in mJ."""
+    p = m.profiles[i]
+    t0, t1 = s["time_s"], s["time_s"] + duration_s
+    energy = power * duration_s * 1e3
+    s["energy_mj"] += energy
+    period = m.spec.energy_update_period_s
+    if period > 0 and math.floor(t1 / period) > math.floor(t0 / period):
+        tick = math.floor(t1 / period) * period
+        s["counter_mj"] = s["energy_mj"] - power * (t1 - tick) * 1e3
+    s["time_s"] = t1
+    s["temperature_c"] = model.temperature_after(p, s["temperature_c"], power, duration_s)
+    return energy
+
+
+def _threshold(m: Machine, i: int, kernel_class: str, framework: str) -> int:
+    return model.stability_threshold_mhz(
+        m.profiles[i],
+        m.gpus[i].uuid,
+        kernel_class,
+        framework,
+        device_index=i,
+        planted=m.spec.planted,
+        scenario=m.spec.scenario,
+    )
+
+
+def simDeviceRecordKernelCall(handle: SimHandle, work: KernelWork) -> SimCallResult:
+    """Account one finished kernel call: time, energy, clocks, reasons, and its fault."""
+    m, i = _gpu(handle)
+    p = m.profiles[i]
+    threshold = _threshold(m, i, work.kernel_class, work.framework)
+    max_offset = model.max_stable_offset_mhz(p, m.gpus[i].uuid, work.kernel_class, device_index=i)
+
+    def change(s: dict[str, Any]) -> SimCallResult:
+        locked = s["locked_sm_mhz"]
+        mem = s["locked_mem_mhz"]
+        op = model.operating_point(
+            p,
+            work,
+            max_clock_mhz=None if locked is None else locked[1],
+            mem_clock_mhz=None if mem is None else mem[1],
+            power_limit_w=s["power_limit_w"],
+            offset_mhz=int(s["offset_mhz"]),
+            thermal_slowdown=s["temperature_c"] >= p.slowdown_temp_c,
+        )
+        energy = _advance(m, i, s, op.duration_s, op.power_w)
+        s.update(power_w=op.power_w, sm_clock_mhz=op.sm_clock_mhz, mem_clock_mhz=op.mem_clock_mhz, reasons=int(op.reasons))
+        prob = model.fault_probability(p, op.sm_clock_mhz, threshold, offset_mhz=int(s["offset_mhz"]), max_stable_offset_mhz=max_offset)
+        fault = Fault.NONE
+        if prob.any > 0:
+            fault = model.draw_fault(prob, model.call_uniform(m.spec.seed, m.gpus[i].uuid, s["calls"]))
+        s["calls"] += 1
+        return SimCallResult(op.duration_s, energy, int(round(op.power_w * 1000)), op.sm_clock_mhz, fault)
+
+    return m.update(i, change)
+
+
+def simDeviceIdle(handle: SimHandle, seconds: float) -> None:
+    """Let the GPU sit idle for ``seconds`` of virtual time (at idle power and idle clocks)."""
+    m, i = _gpu(handle)
+    p = m.profiles[i]
+
+    def change(s: dict[str, Any]) -> None:
+        _advance(m, i, s, float(seconds), p.idle_power_w)
+        s.update(power_w=p.idle_power_w, sm_clock_mhz=p.f_min_mhz, reasons=int(ClockEventReason.GPU_IDLE))
+
+    m.update(i, change)
+
+
+def simDeviceGetTimeS(handle: SimHandle) -> float:
+    """The GPU's virtual clock in seconds."""
+    m, i = _gpu(handle)
+    return float(m.read(i)["time_s"])
+
+
+def simDeviceSetLost(handle: SimHandle, lost: bool) -> None:
+    """Make the GPU fall off the bus (every call raises GPU_IS_LOST) or bring it back."""
+    m, i = _gpu(handle, allow_lost=True)
+
+    def change(s: dict[str, Any]) -> None:
+        s["lost"] = bool(lost)
+
+    m.update(i, change, sync=True)
+
+
+def simDeviceGetStabilityThresholdMhz(handle: SimHandle, kernel_class: str, framework: str = "") -> int:
+    """Ground truth: the lowest clock at which this kernel class never faults on this GPU."""
+    m, i = _gpu(handle)
+    return _threshold(m, i, kernel_class, framework)
