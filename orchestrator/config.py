@@ -47,7 +47,7 @@ class DeviceConfig:
     seed: int = 0  # silicon lottery: seeds UUIDs and stability thresholds
     privileged: bool = True  # false: setters fail with NVML_ERROR_NO_PERMISSION, as without root
     scenario: Optional[str] = None  # a ready fault scenario, e.g. "seed_claims"
-    planted_thresholds: Optional[dict[str, Any]] = None  # {gpu index: {kernel class: MHz}}
+    planted_thresholds: Any = None  # {gpu index or UUID: {kernel class or "*": MHz}}
     energy_update_period_s: float = 0.02  # the energy counter's update period (real: 20-100 ms)
     inject: Any = None  # tests and chaos only (sim): a fault to inject, see orchestrator/inject.py
 

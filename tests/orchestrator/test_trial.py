@@ -20,6 +20,10 @@ def run(tmp_path):
     opened = []
 
     def _run(*overrides: str):
+        while opened:  # one guard per GPU at a time, as in a worker
+            backend, guard = opened.pop()
+            guard.close()
+            backend.close()
         cfg = compose(
             [
                 "workload.size=tiny",
@@ -60,7 +64,7 @@ def test_polling_at_20_hz_is_within_3_percent_over_2_s(run):
 
 
 def test_below_the_planted_threshold_the_checks_fail_and_above_they_pass(run):
-    planted = "+device.planted_thresholds={0: {gemm: 1065}}"
+    planted = "device.planted_thresholds={0: {gemm: 1065}}"
     above, _ = run(planted, "device.sm_clock_mhz=1200", "measure.min_iters=40")
     below, _ = run(planted, "device.sm_clock_mhz=900", "measure.min_iters=40")
     assert above[0]["status"] == "ok"
