@@ -15,6 +15,7 @@ one line instead of a traceback.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -157,6 +158,7 @@ def task(cfg: Any) -> float:
     from orchestrator.store import ResultStore
     from orchestrator.trial import objective, run_trial, trial_key
 
+    logging.getLogger("jax").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
     try:
         resolved, request = prepare(cfg)
         store_dir = store_dir_for(cfg)

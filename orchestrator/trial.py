@@ -134,7 +134,7 @@ def validate_workload(cfg: Any) -> Any:
         if cfg.workload.sim_size is not None:
             spec.validate(cfg.workload.sim_size, cfg.workload.dtype, cfg.framework.precision)
     except KernelOptionError as e:
-        raise UserError(str(e).replace("workload ", "workload=", 1) if "workload" in str(e) else str(e)) from e
+        raise UserError(str(e)) from e
     return spec
 
 
