@@ -1,0 +1,355 @@
+"""The simulated GPU's physics: roofline time, power, power cap, thermal lag and faults.
+
+Pure functions over a ``GpuProfile`` (no I/O, no state): the simulated NVML (``nvml.py``) calls
+them with a GPU's current settings and stores what they return.
+
+Time (roofline with a clock-scaled compute roof)::
+
+    t = max(flops / (peak * f/f_max), bytes / (bw * mem_f/mem_f_max)) + launch_overhead
+
+Compute and memory utilisation are each term divided by ``t``. Power::
+
+    P = idle + mem_w * mem_util + dyn_w * compute_util * (f/f_max) * (V(f)/V_max)^2
+
+with ``V`` flat at ``v_min`` below the knee of the V-f curve and linear up to ``v_max`` at
+``f_max``. A GPC clock offset shifts the V-f curve: the board runs at ``f + offset`` at the voltage
+of ``f``, so time uses the shifted clock and the voltage term the unshifted one.
+
+Power cap: the board runs at the highest supported clock at or below its locked max (or
+``f_max``) whose power fits under the cap (the lowest supported clock if none fits) and reports
+``SW_POWER_CAP``. Above the profile's slowdown temperature it also caps power at the value whose
+steady-state temperature is the slowdown temperature (``SW_THERMAL_SLOWDOWN``). Locked clocks
+report ``APPLICATIONS_CLOCKS_SETTING`` (NVML's ``UserDefinedClocks`` alias of that bit).
+
+Faults (the silicon lottery): each (GPU UUID, kernel class) has a stability threshold ``T``,
+seeded from a hash of both, uniform between 20% and 60% of the way from ``f_min`` to ``f_max`` and
+rounded to a supported clock, unless planted in the machine config or set by a scenario. At an
+effective clock ``f >= T`` a call never faults. Below it a call corrupts its output with
+probability ``1 - exp(-(T - f) / scale)`` (``scale`` = 2 clock steps), and crashes with the same
+law counted from ``T - 300 MHz``. Clock offsets above a seeded max stable offset fault by the same
+law. Units: MHz, W, s, mJ.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+from bisect import bisect_right
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from orchestrator.devices.base import ClockEventReason, Fault, KernelWork
+from orchestrator.devices.sim.profile import GpuProfile
+
+Scenario = Literal["seed_claims"]
+SCENARIOS: tuple[str, ...] = ("seed_claims",)
+# The study's claim, as a scenario: on an A100, JAX kernels fail below 1065 MHz, TF holds to 510.
+SEED_CLAIMS_THRESHOLDS_MHZ: dict[str, int] = {"jax": 1065, "tensorflow": 510}
+
+THRESHOLD_BAND = (0.20, 0.60)  # seeded threshold: this fraction of the way from f_min to f_max
+OFFSET_BAND = (0.10, 0.50)  # seeded max stable offset: this fraction of the max offset
+FAULT_SCALE_STEPS = 2.0  # fault probability rises by 1 - 1/e over this many clock steps
+CRASH_MARGIN_MHZ = 300  # crashes start this far below the threshold (or above the max offset)
+WILDCARD_CLASS = "*"  # a planted threshold for every kernel class of a device
+
+
+# --- time and power ---------------------------------------------------------------------------
+
+
+def voltage_v(profile: GpuProfile, sm_clock_mhz: float) -> float:
+    """Core voltage at a clock: flat at v_min below the knee, linear to v_max at f_max."""
+    knee, f_max = profile.vf_knee_mhz, profile.f_max_mhz
+    if sm_clock_mhz <= knee or f_max <= knee:
+        return profile.v_min_v
+    frac = min(1.0, (sm_clock_mhz - knee) / (f_max - knee))
+    return profile.v_min_v + frac * (profile.v_max_v - profile.v_min_v)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """How long one call takes at a clock, and how busy it keeps each roof."""
+
+    duration_s: float  # modelled time of one call, launch overhead included
+    compute_util: float  # compute term / duration, in [0, 1]
+    memory_util: float  # memory term / duration, in [0, 1]
+
+
+def roofline(
+    profile: GpuProfile, work: KernelWork, sm_clock_mhz: float, mem_clock_mhz: float | None = None
+) -> Roofline:
+    """Roofline time of one call at an (effective) SM clock and a memory clock."""
+    mem = profile.mem_max_mhz if mem_clock_mhz is None else mem_clock_mhz
+    peak_flops = profile.peak_tflops(work.peak) * 1e12 * (sm_clock_mhz / profile.f_max_mhz)
+    bandwidth = profile.memory_bandwidth_gbs * 1e9 * (mem / profile.mem_max_mhz)
+    t_compute = work.flops / peak_flops if work.flops > 0 else 0.0
+    t_memory = work.bytes_moved / bandwidth if work.bytes_moved > 0 else 0.0
+    duration = max(t_compute, t_memory) + profile.launch_overhead_s
+    return Roofline(duration, t_compute / duration, t_memory / duration)
+
+
+def power_w(
+    profile: GpuProfile,
+    compute_util: float,
+    memory_util: float,
+    sm_clock_mhz: float,
+    voltage_clock_mhz: float | None = None,
+) -> float:
+    """Board power at a utilisation and an (effective) clock.
+
+    Args:
+        profile: the board.
+        compute_util: fraction of the call the compute roof is busy.
+        memory_util: fraction of the call the memory roof is busy.
+        sm_clock_mhz: the clock the SMs run at (the offset included).
+        voltage_clock_mhz: the clock whose voltage applies (without the offset); defaults to
+            ``sm_clock_mhz``.
+    """
+    v_clock = sm_clock_mhz if voltage_clock_mhz is None else voltage_clock_mhz
+    v_ratio = voltage_v(profile, v_clock) / profile.v_max_v
+    dynamic = profile.dynamic_power_w * compute_util * (sm_clock_mhz / profile.f_max_mhz)
+    return profile.idle_power_w + profile.memory_power_w * memory_util + dynamic * v_ratio**2
+
+
+def thermal_power_limit_w(profile: GpuProfile) -> float:
+    """The power whose steady-state temperature is the slowdown temperature."""
+    return (profile.slowdown_temp_c - profile.ambient_c) / profile.thermal_resistance_c_per_w
+
+
+def temperature_after(profile: GpuProfile, temperature_c: float, power: float, dt_s: float) -> float:
+    """Die temperature after ``dt_s`` at ``power`` W: first-order lag to ambient + R * P."""
+    if dt_s <= 0:
+        return temperature_c
+    target = profile.ambient_c + profile.thermal_resistance_c_per_w * power
+    return target + (temperature_c - target) * math.exp(-dt_s / profile.thermal_time_constant_s)
+
+
+def idle_temperature_c(profile: GpuProfile) -> float:
+    """The steady-state temperature of an idle board."""
+    return profile.ambient_c + profile.thermal_resistance_c_per_w * profile.idle_power_w
+
+
+def floor_clock_mhz(clocks_mhz: tuple[int, ...], value_mhz: float) -> int:
+    """The highest supported clock <= value (the lowest supported clock if value is below all)."""
+    i = bisect_right(clocks_mhz, value_mhz) - 1
+    return clocks_mhz[max(i, 0)]
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """Where one kernel call ran and what it cost."""
+
+    base_clock_mhz: int  # the supported clock the board chose (before the offset)
+    sm_clock_mhz: int  # the clock the SMs ran at: base + offset
+    mem_clock_mhz: int  # the memory clock
+    duration_s: float  # modelled time of the call
+    power_w: float  # modelled board power during the call
+    compute_util: float
+    memory_util: float
+    reasons: ClockEventReason  # why the clock is below f_max (power cap, thermal, locked)
+
+    @property
+    def energy_mj(self) -> float:
+        """Energy of the call in mJ."""
+        return self.power_w * self.duration_s * 1e3
+
+
+def _evaluate(
+    profile: GpuProfile, work: KernelWork, base_mhz: int, offset_mhz: int, mem_mhz: int
+) -> tuple[float, Roofline, int]:
+    effective = max(1, base_mhz + offset_mhz)
+    r = roofline(profile, work, effective, mem_mhz)
+    return power_w(profile, r.compute_util, r.memory_util, effective, base_mhz), r, effective
+
+
+def _highest_fitting(
+    profile: GpuProfile, work: KernelWork, top: int, limit_w: float, offset_mhz: int, mem_mhz: int
+) -> int:
+    """Index of the highest supported clock <= clocks[top] whose power fits (0 if none)."""
+    clocks = profile.sm_clocks_mhz
+    for i in range(top, -1, -1):
+        if _evaluate(profile, work, clocks[i], offset_mhz, mem_mhz)[0] <= limit_w:
+            return i
+    return 0
+
+
+@functools.lru_cache(maxsize=16384)
+def operating_point(
+    profile: GpuProfile,
+    work: KernelWork,
+    max_clock_mhz: int | None = None,
+    mem_clock_mhz: int | None = None,
+    power_limit_w: float | None = None,
+    offset_mhz: int = 0,
+    thermal_slowdown: bool = False,
+) -> OperatingPoint:
+    """The clock a call runs at under the settings, and its time, power and reasons.
+
+    Args:
+        profile: the board.
+        work: the call's size.
+        max_clock_mhz: the locked max SM clock (rounded down to a supported one); None: f_max.
+        mem_clock_mhz: the memory clock; None: the max memory clock.
+        power_limit_w: the enforced power limit; None: no cap.
+        offset_mhz: the GPC clock offset.
+        thermal_slowdown: the die is at or above the slowdown temperature.
+    """
+    clocks = profile.sm_clocks_mhz
+    top_clock = profile.f_max_mhz if max_clock_mhz is None else min(max_clock_mhz, profile.f_max_mhz)
+    top = max(0, bisect_right(clocks, top_clock) - 1)
+    mem = profile.mem_max_mhz if mem_clock_mhz is None else mem_clock_mhz
+    reasons = ClockEventReason.NONE
+    if clocks[top] < profile.f_max_mhz:
+        reasons |= ClockEventReason.APPLICATIONS_CLOCKS_SETTING
+    chosen = top
+    if power_limit_w is not None:
+        chosen = _highest_fitting(profile, work, top, power_limit_w, offset_mhz, mem)
+        if chosen < top:
+            reasons |= ClockEventReason.SW_POWER_CAP
+    if thermal_slowdown:
+        thermal = _highest_fitting(
+            profile, work, chosen, thermal_power_limit_w(profile), offset_mhz, mem
+        )
+        if thermal < chosen:
+            reasons |= ClockEventReason.SW_THERMAL_SLOWDOWN
+            chosen = thermal
+    watts, r, effective = _evaluate(profile, work, clocks[chosen], offset_mhz, mem)
+    return OperatingPoint(
+        base_clock_mhz=clocks[chosen],
+        sm_clock_mhz=effective,
+        mem_clock_mhz=mem,
+        duration_s=r.duration_s,
+        power_w=watts,
+        compute_util=r.compute_util,
+        memory_util=r.memory_util,
+        reasons=reasons,
+    )
+
+
+# --- faults -----------------------------------------------------------------------------------
+
+
+def _unit_hash(*parts: Any) -> float:
+    """A uniform number in [0, 1) from the parts (stable across processes and runs)."""
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def _planted(planted: Mapping[Any, Any] | None, uuid: str, index: int | None, cls: str) -> int | None:
+    if not planted:
+        return None
+    for key in (uuid, index, None if index is None else str(index)):
+        per_class = planted.get(key) if key is not None else None
+        if per_class:
+            for c in (cls, WILDCARD_CLASS):
+                if c in per_class:
+                    return int(per_class[c])
+    return None
+
+
+def stability_threshold_mhz(
+    profile: GpuProfile,
+    uuid: str,
+    kernel_class: str,
+    framework: str = "",
+    *,
+    device_index: int | None = None,
+    planted: Mapping[Any, Mapping[str, int]] | None = None,
+    scenario: str | None = None,
+) -> int:
+    """The lowest clock at which a kernel class never faults on one GPU (ground truth).
+
+    Precedence: a planted threshold for the device (by UUID or index) and class (or ``"*"``),
+    then the scenario (``seed_claims``: on an A100, 1065 MHz under JAX, 510 MHz under
+    TensorFlow), then the seeded silicon lottery.
+    """
+    planted_mhz = _planted(planted, uuid, device_index, kernel_class)
+    if planted_mhz is not None:
+        return planted_mhz
+    if scenario == "seed_claims" and "A100" in profile.name:
+        claim = SEED_CLAIMS_THRESHOLDS_MHZ.get(framework)
+        if claim is not None:
+            return claim
+    lo, hi = THRESHOLD_BAND
+    frac = lo + (hi - lo) * _unit_hash("threshold", uuid, kernel_class)
+    raw = profile.f_min_mhz + frac * (profile.f_max_mhz - profile.f_min_mhz)
+    return min(profile.sm_clocks_mhz, key=lambda c: abs(c - raw))
+
+
+def max_stable_offset_mhz(
+    profile: GpuProfile,
+    uuid: str,
+    kernel_class: str,
+    *,
+    device_index: int | None = None,
+    planted_offsets: Mapping[Any, Mapping[str, int]] | None = None,
+) -> int | None:
+    """The highest GPC clock offset at which a kernel class never faults; None: no offsets."""
+    if profile.clock_offset_range_mhz is None:
+        return None
+    planted_mhz = _planted(planted_offsets, uuid, device_index, kernel_class)
+    if planted_mhz is not None:
+        return planted_mhz
+    lo, hi = OFFSET_BAND
+    raw = (lo + (hi - lo) * _unit_hash("offset", uuid, kernel_class)) * profile.clock_offset_range_mhz[1]
+    step = max(1, round(profile.clock_step_mhz))
+    return int(round(raw / step) * step)
+
+
+@dataclass(frozen=True)
+class FaultProbability:
+    """The chance that one call crashes, or (not crashing) corrupts its output."""
+
+    crash: float
+    corrupt: float
+
+    @property
+    def any(self) -> float:
+        """The chance that the call is faulted at all."""
+        return self.crash + self.corrupt
+
+
+def _rising(excess_mhz: float, scale_mhz: float) -> float:
+    return 0.0 if excess_mhz <= 0 else -math.expm1(-excess_mhz / scale_mhz)
+
+
+def fault_probability(
+    profile: GpuProfile,
+    sm_clock_mhz: float,
+    threshold_mhz: float,
+    *,
+    offset_mhz: int = 0,
+    max_stable_offset_mhz: int | None = None,
+) -> FaultProbability:
+    """The fault law at an effective clock (and offset): exactly zero at or above the threshold.
+
+    Args:
+        profile: the board (its clock step sets the scale of the law).
+        sm_clock_mhz: the effective clock the call ran at (offset included).
+        threshold_mhz: the stability threshold of this GPU and kernel class.
+        offset_mhz: the GPC clock offset in force.
+        max_stable_offset_mhz: the highest offset that never faults (None: offsets never fault).
+    """
+    scale = FAULT_SCALE_STEPS * profile.clock_step_mhz
+    below = threshold_mhz - sm_clock_mhz
+    over = 0.0 if max_stable_offset_mhz is None else offset_mhz - max_stable_offset_mhz
+    corrupt = 1 - (1 - _rising(below, scale)) * (1 - _rising(over, scale))
+    crash = 1 - (1 - _rising(below - CRASH_MARGIN_MHZ, scale)) * (
+        1 - _rising(over - CRASH_MARGIN_MHZ, scale)
+    )
+    return FaultProbability(crash=crash, corrupt=(1 - crash) * corrupt)
+
+
+def call_uniform(seed: int, uuid: str, call_index: int) -> float:
+    """The uniform draw of one call, from (machine seed, UUID, call counter): reproducible."""
+    return _unit_hash("call", seed, uuid, call_index)
+
+
+def draw_fault(probability: FaultProbability, uniform: float) -> Fault:
+    """The fault of a call given its probability and its uniform draw in [0, 1)."""
+    if uniform < probability.crash:
+        return Fault.CRASH
+    if uniform < probability.crash + probability.corrupt:
+        return Fault.CORRUPT
+    return Fault.NONE

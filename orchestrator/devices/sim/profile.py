@@ -1,0 +1,229 @@
+"""Simulated GPU profiles: datasheet values, loaded from ``conf/device/profile/<name>.yaml``.
+
+A ``GpuProfile`` is everything the GPU model (``model.py``) and the simulated NVML (``nvml.py``)
+need to know about one kind of board: how NVML names it, which clocks and power limits it
+supports, its compute roofs and memory bandwidth, the power-model coefficients, its
+voltage-frequency curve and its thermal constants. Each YAML file names its sources and which
+numbers are estimates.
+
+Units are in the names: MHz for clocks, W for power, TFLOP/s for peak rates, GB/s (1e9 bytes/s)
+for bandwidth, V for voltages, degrees C, C/W and s for the thermal model.
+
+Profiles are parsed once per process and cached (``load_profile`` is called on every simulated
+NVML call).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.devices.base import Peak
+
+PEAKS: tuple[Peak, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16")
+ARCHITECTURES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper")
+
+
+class ProfileError(ValueError):
+    """A profile is missing, unknown or malformed (the message names the file and the key)."""
+
+
+@dataclass(frozen=True)
+class GpuProfile:
+    """One kind of simulated GPU. Clock tuples are ascending; peaks are dense TFLOP/s.
+
+    Hashes by ``key`` only (cheap: the model memoises operating points on the profile).
+    """
+
+    key: str  # profile file stem, e.g. "a100_sxm4_40gb"
+    name: str  # as nvmlDeviceGetName reports it, e.g. "NVIDIA A100-SXM4-40GB"
+    architecture: str  # "ampere", "hopper", "volta", "pascal"
+    pci_device_id: int  # nvmlPciInfo_t.pciDeviceId (device << 16 | 0x10DE)
+    sm_clocks_mhz: tuple[int, ...]  # supported SM clocks, ascending
+    mem_clocks_mhz: tuple[int, ...]  # supported memory clocks, ascending
+    power_limit_min_w: float  # lowest settable power limit
+    power_limit_default_w: float  # the board's default limit
+    power_limit_max_w: float  # highest settable power limit
+    has_energy_counter: bool  # nvmlDeviceGetTotalEnergyConsumption supported (Volta+)
+    clock_offset_range_mhz: tuple[int, int] | None  # GPC VF offset (min, max); None: unsupported
+    peak_fp64_tflops: float
+    peak_fp32_tflops: float
+    peak_tf32_tflops: float | None  # None: no such unit, the fp32 roof applies
+    peak_bf16_tflops: float | None
+    peak_fp16_tflops: float | None
+    memory_bandwidth_gbs: float  # at the max memory clock
+    idle_power_w: float  # board power with nothing running
+    memory_power_w: float  # extra power at full memory utilisation
+    dynamic_power_w: float  # extra power at full compute utilisation, f_max, V_max
+    v_min_v: float  # voltage below the knee of the V-f curve
+    v_max_v: float  # voltage at the max SM clock
+    vf_knee_mhz: float  # below this clock the voltage is flat at v_min
+    ambient_c: float  # inlet temperature the die cools towards
+    thermal_resistance_c_per_w: float  # steady-state rise per watt
+    thermal_time_constant_s: float  # first-order lag of the die temperature
+    slowdown_temp_c: float  # above this the clock is slowed (HW thermal slowdown)
+    launch_overhead_s: float = 5e-6  # fixed cost of one kernel launch
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    @property
+    def f_min_mhz(self) -> int:
+        """The lowest supported SM clock."""
+        return self.sm_clocks_mhz[0]
+
+    @property
+    def f_max_mhz(self) -> int:
+        """The highest supported SM clock (the boost clock)."""
+        return self.sm_clocks_mhz[-1]
+
+    @property
+    def mem_max_mhz(self) -> int:
+        """The highest supported memory clock (the one the board runs at by default)."""
+        return self.mem_clocks_mhz[-1]
+
+    @property
+    def clock_step_mhz(self) -> float:
+        """The mean spacing of the SM clock table (15 MHz on A100/H100, 7.5 on V100)."""
+        clocks = self.sm_clocks_mhz
+        return (clocks[-1] - clocks[0]) / max(1, len(clocks) - 1)
+
+    def peak_tflops(self, peak: Peak) -> float:
+        """The compute roof for a precision; a unit the board lacks falls back to fp32."""
+        value = getattr(self, f"peak_{peak}_tflops", None)
+        return self.peak_fp32_tflops if value is None else float(value)
+
+
+def conf_dir() -> Path:
+    """The repository's ``conf/`` directory (``<repo root>/conf``).
+
+    Raises:
+        ProfileError: it does not exist (e.g. a non-editable install that did not ship conf/).
+    """
+    path = Path(__file__).resolve().parents[3] / "conf"
+    if not path.is_dir():
+        raise ProfileError(
+            f"the config directory {path} does not exist: the simulated GPU's profiles live in "
+            "conf/device/profile/ at the repository root (install with `pip install -e .`)"
+        )
+    return path
+
+
+def profile_dir() -> Path:
+    """Where the profile YAML files live (``conf/device/profile``)."""
+    return conf_dir() / "device" / "profile"
+
+
+@functools.cache
+def available_profiles() -> tuple[str, ...]:
+    """The names of every profile shipped (file stems), sorted."""
+    return tuple(sorted(p.stem for p in profile_dir().glob("*.yaml")))
+
+
+def _clock_table(spec: Any, where: str) -> tuple[int, ...]:
+    """Clocks from an explicit list or from ``{min, max, step}`` (NVML: ``floor(max - k*step)``)."""
+    if isinstance(spec, dict):
+        try:
+            lo, hi, step = float(spec["min"]), float(spec["max"]), float(spec["step"])
+        except KeyError as e:
+            raise ProfileError(f"{where}: needs min, max and step (missing {e})") from None
+        if not (0 < lo <= hi and step > 0):
+            raise ProfileError(f"{where}: need 0 < min <= max and step > 0, got {spec}")
+        clocks = {int(lo)}
+        k = 0
+        while (f := math.floor(hi - k * step + 1e-6)) >= lo:
+            clocks.add(f)
+            k += 1
+        return tuple(sorted(clocks))
+    if isinstance(spec, list) and spec and all(isinstance(c, int) and c > 0 for c in spec):
+        return tuple(sorted(set(spec)))
+    raise ProfileError(f"{where}: expected a list of MHz or {{min, max, step}}, got {spec!r}")
+
+
+def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> GpuProfile:
+    """Build a profile from a YAML mapping (the layout of ``conf/device/profile/*.yaml``).
+
+    Raises:
+        ProfileError: a key is missing or a value is out of range (names the key).
+    """
+    try:
+        peaks = raw["peak_tflops"]
+        power = raw["power_w"]
+        limits = raw["power_limit_w"]
+        vf = raw["vf_curve"]
+        thermal = raw["thermal"]
+        offsets = raw.get("clock_offset_range_mhz")
+        arch = str(raw["architecture"])
+        if arch not in ARCHITECTURES:
+            raise ProfileError(f"{where}: architecture {arch!r} is not one of {ARCHITECTURES}")
+        profile = GpuProfile(
+            key=key,
+            name=str(raw["name"]),
+            architecture=arch,
+            pci_device_id=int(raw["pci_device_id"]),
+            sm_clocks_mhz=_clock_table(raw["sm_clocks_mhz"], f"{where}: sm_clocks_mhz"),
+            mem_clocks_mhz=_clock_table(raw["mem_clocks_mhz"], f"{where}: mem_clocks_mhz"),
+            power_limit_min_w=float(limits["min"]),
+            power_limit_default_w=float(limits["default"]),
+            power_limit_max_w=float(limits["max"]),
+            has_energy_counter=bool(raw["has_energy_counter"]),
+            clock_offset_range_mhz=None if offsets is None else (int(offsets[0]), int(offsets[1])),
+            peak_fp64_tflops=float(peaks["fp64"]),
+            peak_fp32_tflops=float(peaks["fp32"]),
+            peak_tf32_tflops=None if peaks.get("tf32") is None else float(peaks["tf32"]),
+            peak_bf16_tflops=None if peaks.get("bf16") is None else float(peaks["bf16"]),
+            peak_fp16_tflops=None if peaks.get("fp16") is None else float(peaks["fp16"]),
+            memory_bandwidth_gbs=float(raw["memory_bandwidth_gbs"]),
+            idle_power_w=float(power["idle"]),
+            memory_power_w=float(power["memory"]),
+            dynamic_power_w=float(power["dynamic"]),
+            v_min_v=float(vf["v_min"]),
+            v_max_v=float(vf["v_max"]),
+            vf_knee_mhz=float(vf["knee_mhz"]),
+            ambient_c=float(thermal["ambient_c"]),
+            thermal_resistance_c_per_w=float(thermal["resistance_c_per_w"]),
+            thermal_time_constant_s=float(thermal["time_constant_s"]),
+            slowdown_temp_c=float(thermal["slowdown_c"]),
+        )
+    except KeyError as e:
+        raise ProfileError(f"{where}: missing key {e}") from None
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ProfileError):
+            raise
+        raise ProfileError(f"{where}: {e}") from None
+    if not (
+        profile.power_limit_min_w <= profile.power_limit_default_w <= profile.power_limit_max_w
+    ):
+        raise ProfileError(f"{where}: power_limit_w needs min <= default <= max")
+    if not 0 < profile.v_min_v <= profile.v_max_v:
+        raise ProfileError(f"{where}: vf_curve needs 0 < v_min <= v_max")
+    if profile.clock_offset_range_mhz is not None:
+        lo, hi = profile.clock_offset_range_mhz
+        if not lo <= 0 <= hi:
+            raise ProfileError(f"{where}: clock_offset_range_mhz must contain 0, got {offsets}")
+    return profile
+
+
+@functools.cache
+def load_profile(name: str) -> GpuProfile:
+    """The profile ``conf/device/profile/<name>.yaml``, parsed once per process.
+
+    Raises:
+        ProfileError: no such profile (the message lists those that exist) or a malformed file.
+    """
+    path = profile_dir() / f"{name}.yaml"
+    if not path.is_file():
+        raise ProfileError(
+            f"no simulated GPU profile {name!r} (in {path.parent}); "
+            f"available: {', '.join(available_profiles())}"
+        )
+    import yaml  # lazily: only the sim needs it
+
+    with path.open() as f:
+        raw = yaml.safe_load(f)
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{path}: expected a mapping at the top level")
+    return parse_profile(name, raw, str(path))
