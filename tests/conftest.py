@@ -9,7 +9,6 @@ runs never share state.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -24,8 +23,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.pop("DVFS_SIM_STATE_DIR", None)
 os.environ.pop("DVFS_JOURNAL_DIR", None)
 
-REPO = Path(__file__).resolve().parents[1]
-DVFS = [sys.executable, "-m", "orchestrator.cli"]
 
 
 @pytest.fixture

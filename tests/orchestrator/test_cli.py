@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import DVFS, REPO
+from support import DVFS, REPO
 
 
 

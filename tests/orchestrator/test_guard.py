@@ -16,7 +16,7 @@ from orchestrator.devices import open_backend
 from orchestrator.errors import DeviceBusyError, InvalidSettingError, PolicyViolationError, UnrestoredDeviceError, UserError
 from orchestrator.guard import Journal, Policy, SettingsGuard, SettingsRequest, restore_journal
 
-from conftest import DVFS, REPO
+from support import DVFS, REPO
 from orchestrator.devices.base import KernelWork
 
 GEMM = KernelWork(flops=3 * 2**28, bytes_moved=8 * 2**28, peak="fp32", kernel_class="stencil")  # memory-bound: never capped at 400 W

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.store import ResultStore
 
-from conftest import DVFS, REPO
+from support import DVFS, REPO
 
 QUICK = ["workload.size=tiny", "measure=quick", "measure.settle_s=0"]
 
