@@ -29,6 +29,7 @@ from typing import Literal
 
 Backend = Literal["nvml", "sim"]
 Peak = Literal["fp64", "fp32", "tf32", "bf16", "fp16"]
+HealthFault = Literal["lost", "xid", "ecc", "thermal", "query_failed"]
 
 
 class ClockEventReason(enum.IntFlag):
@@ -133,6 +134,20 @@ class Telemetry:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Health:
+    """Whether a GPU may take another trial, and if not, why (see ``Device.health``)."""
+
+    ok: bool  # False: send this GPU no further trials in this process
+    reason: str | None = None  # one line naming the GPU and the fault; None when ok
+    kind: HealthFault | None = None  # which check failed; None when ok
+
+    @classmethod
+    def healthy(cls) -> Health:
+        """A GPU with nothing wrong."""
+        return cls(ok=True)
+
+
 class Device(abc.ABC):
     """One GPU. Backends: ``NvmlDevice`` over nvidia-ml-py, and the same class over the sim."""
 
@@ -211,6 +226,54 @@ class Device(abc.ABC):
             temperature_c=self.temperature_c(),
             clock_event_reasons=self.clock_event_reasons(),
         )
+
+    # --- health ------------------------------------------------------------------------------
+    def health(self) -> Health:
+        """Whether this GPU may take another trial.
+
+        The contract every backend keeps (the launcher and the trial runner rely on it):
+
+        - **Unhealthy means retired.** ``ok=False`` means: run no further trial on this GPU in
+          this process. A caller stops sending it jobs, records the trials it will not run as
+          ``device_error`` with ``reason`` as their error, and goes on with the other GPUs.
+        - **Sticky.** The first unhealthy answer is remembered by this ``Device`` object and
+          returned by every later call, even if the condition clears (a GPU that cooled down,
+          a simulated GPU brought back). A new ``Device`` opened on the same GPU starts afresh:
+          the ECC and XID checks count from when *it* was opened, so a caller that retires a GPU
+          remembers that by UUID itself instead of re-opening it.
+        - **Never raises for the device's condition.** A lost GPU, an NVML query that fails, an
+          unsupported query: all are answered with a ``Health``. A query the device does not
+          support is skipped (that check is simply not made), never a failure.
+        - **Cheap.** A few driver queries (milliseconds; a few file reads on the sim): call it
+          before every trial and after every failed one. It changes nothing on the device.
+        - **What it checks**, in this order (``kind``): the GPU is lost (``NVML_ERROR_GPU_IS_LOST``:
+          ``"lost"``); the driver reported an XID critical error since the device was opened
+          (NVML events; XIDs 13, 31, 43 and 45, which applications cause, are not device faults:
+          ``"xid"``); uncorrected (double-bit) ECC errors increased since the device was opened
+          (``"ecc"``); the temperature is at or above the slowdown threshold (``"thermal"``);
+          a health query itself failed (``"query_failed"``).
+        - ``reason`` is one line that names the GPU (NVML index and UUID) and the fault.
+
+        Backends implement the checks in ``_check_health``; this method makes the answer sticky.
+        """
+        failed: Health | None = getattr(self, "_health_failure", None)
+        if failed is not None:
+            return failed
+        health = self._check_health()
+        if not health.ok:
+            self._health_failure = health
+        return health
+
+    def _check_health(self) -> Health:
+        """The checks themselves (not sticky). This default knows only "lost": a telemetry call
+        that raises ``DeviceLostError``; the NVML backend, real or simulated, makes every check."""
+        from orchestrator.errors import DeviceLostError
+
+        try:
+            self.temperature_c()
+        except DeviceLostError as e:
+            return Health(ok=False, reason=str(e), kind="lost")
+        return Health.healthy()
 
     # --- time and work (see the module docstring) ------------------------------------------
     def now_s(self) -> float:

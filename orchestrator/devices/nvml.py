@@ -11,6 +11,14 @@ argument -> the allowed values; not supported -> which call on which GPU).
 
 Devices are found by UUID or PCI bus id, never by CUDA's numbering: NVML numbers GPUs in PCI order
 and CUDA does not unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
+
+Health (``NvmlDevice.health``, contract in ``Device.health``) uses what NVML offers on every
+datacenter GPU: ``NVML_ERROR_GPU_IS_LOST`` on any call; XID critical errors delivered as events
+(an event set registered for ``nvmlEventTypeXidCriticalError`` when the device is opened, drained
+with ``nvmlEventSetWait_v2(set, 0)``); the volatile uncorrected ECC count
+(``nvmlDeviceGetTotalEccErrors``), compared with its value when the device was opened; and the
+temperature against ``nvmlDeviceGetTemperatureThreshold(NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)``.
+A query the GPU does not support (no ECC, no events) turns that check off, never the device.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from orchestrator.devices.base import (
     DeviceCapabilities,
     DeviceIdentity,
     DeviceSettings,
+    Health,
 )
 from orchestrator.errors import (
     DeviceError,
@@ -55,6 +64,30 @@ _PERMISSION_HINT = (
     "application clocks); run as root, or set device.observe_only=true to measure at the "
     "current settings"
 )
+
+
+# XIDs an application causes (its own bad kernel, a page fault, a stopped or cleaned-up context):
+# the trial that caused one is a `crash`, but the GPU is fine for the next trial.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45})
+XID_NAMES = {
+    13: "graphics engine exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup, due to previous errors",
+    48: "double-bit ECC error",
+    61: "internal micro-controller breakpoint/warning",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement or row remapping recording event",
+    64: "ECC page retirement or row remapper recording failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+_MAX_EVENTS_PER_CHECK = 1000
 
 
 def _text(value: Any) -> str:
@@ -161,6 +194,12 @@ class NvmlDevice(Device):
             driver_version=backend.driver_version,
             backend=backend.backend,
         )
+        # Health baselines: what "since the device was opened" counts from (see health()).
+        self._health_lock = threading.Lock()
+        self._xids: list[int] = []
+        self._slowdown_c: int | None | bool = False  # False: not read yet; None: unsupported
+        self._ecc_at_open = self._uncorrected_ecc()
+        self._events = self._open_xid_events()
 
     def __repr__(self) -> str:
         i = self.identity
@@ -258,6 +297,125 @@ class NvmlDevice(Device):
             yield
         except InvalidSettingError as e:
             raise InvalidSettingError(f"{e}; {allowed}") from e
+
+    # --- health ------------------------------------------------------------------------------
+    def _monitor(self, fn: Any) -> Any:
+        """Run one health query at open; None if the GPU cannot answer it (check turned off)."""
+        try:
+            return fn()
+        except DeviceLostError:
+            raise
+        except DeviceError:
+            return None
+
+    def _uncorrected_ecc(self) -> int | None:
+        """The volatile uncorrected ECC count; None where ECC is off or unsupported."""
+        nvml = self._nvml
+        if not hasattr(nvml, "nvmlDeviceGetTotalEccErrors"):
+            return None
+
+        def read() -> int | None:
+            if hasattr(nvml, "nvmlDeviceGetEccMode"):
+                current = self._call("nvmlDeviceGetEccMode")[0]
+                if current != getattr(nvml, "NVML_FEATURE_ENABLED", 1):
+                    return None
+            return int(
+                self._call(
+                    "nvmlDeviceGetTotalEccErrors",
+                    nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                    nvml.NVML_VOLATILE_ECC,
+                )
+            )
+
+        return self._monitor(read)
+
+    def _open_xid_events(self) -> Any:
+        """An NVML event set that receives this GPU's XIDs; None where events are unsupported."""
+        nvml = self._nvml
+        if not hasattr(nvml, "nvmlEventSetCreate"):
+            return None
+        target = f"GPU {self.identity.index} ({self.identity.uuid})"
+
+        def create() -> Any:
+            with _nvml_errors(nvml, "nvmlEventSetCreate", target):
+                events = nvml.nvmlEventSetCreate()
+            try:
+                self._call("nvmlDeviceRegisterEvents", nvml.nvmlEventTypeXidCriticalError, events)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    nvml.nvmlEventSetFree(events)
+                raise
+            return events
+
+        return self._monitor(create)
+
+    def _drain_xids(self) -> None:
+        """Collect the XIDs the driver has reported since the last look (never blocks)."""
+        nvml = self._nvml
+        wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
+        target = f"GPU {self.identity.index} ({self.identity.uuid})"
+        for _ in range(_MAX_EVENTS_PER_CHECK):
+            try:
+                data = wait(self._events, 0)
+            except nvml.NVMLError_Timeout:
+                return
+            except nvml.NVMLError as e:
+                raise _translate(nvml, e, "nvmlEventSetWait_v2", target) from e
+            if int(data.eventType) & nvml.nvmlEventTypeXidCriticalError:
+                self._xids.append(int(data.eventData))
+
+    def _slowdown_threshold_c(self) -> int | None:
+        if self._slowdown_c is False:
+            try:
+                self._slowdown_c = int(
+                    self._call(
+                        "nvmlDeviceGetTemperatureThreshold", self._nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+                    )
+                )
+            except DeviceNotSupportedError:
+                self._slowdown_c = None
+        return self._slowdown_c  # type: ignore[return-value]
+
+    def _check_health(self) -> Health:
+        i = self.identity
+        gpu = f"GPU {i.index} ({i.uuid})"
+        with self._health_lock:
+            try:
+                temperature = self.temperature_c()  # first: a lost GPU fails every call
+                if self._events is not None:
+                    self._drain_xids()
+                faults = [x for x in self._xids if x not in APPLICATION_XIDS]
+                if faults:
+                    shown = ", ".join(f"{x} ({XID_NAMES.get(x, 'see the NVIDIA XID catalog')})" for x in faults[:3])
+                    return Health(False, f"{gpu} reported XID {shown}; it needs a reset or a check", "xid")
+                if self._ecc_at_open is not None:
+                    now = self._uncorrected_ecc()
+                    if now is not None and now > self._ecc_at_open:
+                        return Health(
+                            False,
+                            f"{gpu} had {now - self._ecc_at_open} uncorrected ECC error(s) since it was "
+                            f"opened (volatile count {self._ecc_at_open} -> {now})",
+                            "ecc",
+                        )
+                slowdown = self._slowdown_threshold_c()
+                if slowdown is not None and temperature >= slowdown:
+                    return Health(
+                        False,
+                        f"{gpu} is at {temperature} C, at or above its slowdown threshold of {slowdown} C",
+                        "thermal",
+                    )
+            except DeviceLostError:
+                return Health(False, f"{gpu} is lost (NVML: GPU is lost, fallen off the bus); it needs a reset", "lost")
+            except DeviceError as e:
+                return Health(False, f"{gpu}: a health query failed: {e}", "query_failed")
+        return Health.healthy()
+
+    def close(self) -> None:
+        """Free the XID event set (the backend shuts NVML down)."""
+        events, self._events = self._events, None
+        if events is not None:
+            with contextlib.suppress(Exception):
+                self._nvml.nvmlEventSetFree(events)
 
     # --- telemetry ---------------------------------------------------------------------------
     def energy_mj(self) -> int:

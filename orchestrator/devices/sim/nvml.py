@@ -16,12 +16,24 @@ at or below it, as NVML rounds); offsets on Volta/Pascal and the energy counter 
 The machine lives in a state directory (``$DVFS_SIM_STATE_DIR``, see ``state.py``). Calls named
 ``sim*`` are extensions real NVML has no counterpart for: accounting a kernel call (virtual time,
 energy, fault), idling, reading the virtual clock, losing a GPU and reading its ground truth.
+
+Health, as NVML reports it: ECC error counters (``nvmlDeviceGetEccMode``,
+``nvmlDeviceGetTotalEccErrors``: the sim has no driver reload, so its volatile and aggregate
+counters are equal), the slowdown temperature (``nvmlDeviceGetTemperatureThreshold``) and events
+(``nvmlEventSetCreate``, ``nvmlDeviceRegisterEvents``, ``nvmlEventSetWait_v2``): XID critical
+errors and double-bit (uncorrected) ECC errors. An event set belongs to the process that created
+it and sees only the events recorded after its registration, as NVML's do. Faults are injected
+with sim-only calls: ``simDeviceInjectXid``, ``simDeviceInjectEccErrors``,
+``simDeviceSetTemperatureC``; ``simDeviceGetXidErrors`` lists every XID a GPU has recorded
+(ground truth, where real NVML only delivers XIDs as events). ``simDeviceSetLost(h, True)`` also
+records XID 79 (GPU has fallen off the bus), as the driver does.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +60,17 @@ NVML_ERROR_NOT_FOUND = _real.NVML_ERROR_NOT_FOUND
 NVML_ERROR_NOT_SUPPORTED = _real.NVML_ERROR_NOT_SUPPORTED
 NVML_ERROR_UNINITIALIZED = _real.NVML_ERROR_UNINITIALIZED
 NVML_TEMPERATURE_GPU = _real.NVML_TEMPERATURE_GPU
+NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = _real.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+NVML_TEMPERATURE_THRESHOLD_COUNT = _real.NVML_TEMPERATURE_THRESHOLD_COUNT
+NVML_MEMORY_ERROR_TYPE_CORRECTED = _real.NVML_MEMORY_ERROR_TYPE_CORRECTED
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = _real.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+NVML_VOLATILE_ECC = _real.NVML_VOLATILE_ECC
+NVML_AGGREGATE_ECC = _real.NVML_AGGREGATE_ECC
+NVML_FEATURE_ENABLED = _real.NVML_FEATURE_ENABLED
+NVML_ERROR_TIMEOUT = _real.NVML_ERROR_TIMEOUT
+nvmlEventTypeNone = _real.nvmlEventTypeNone
+nvmlEventTypeXidCriticalError = _real.nvmlEventTypeXidCriticalError
+nvmlEventTypeDoubleBitEccError = _real.nvmlEventTypeDoubleBitEccError
 c_nvmlPciInfo_t = _real.nvmlPciInfo_t
 
 from orchestrator.devices.base import ClockEventReason, Fault, KernelWork
@@ -343,6 +366,117 @@ def nvmlDeviceGetTemperature(handle: SimHandle, sensor: int) -> int:
     return int(round(m.read(i)["temperature_c"]))
 
 
+# --- health: temperature thresholds, ECC counters, events -------------------------------------
+XID_GPU_FALLEN_OFF_BUS = 79  # the XID the driver logs when a GPU is lost
+_EVENT_TYPES = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError  # what the sim emits
+
+
+def nvmlDeviceGetTemperatureThreshold(handle: SimHandle, threshold: int) -> int:
+    """The slowdown temperature from the profile; the sim models no other threshold."""
+    m, i = _gpu(handle)
+    if not isinstance(threshold, int) or not 0 <= threshold < NVML_TEMPERATURE_THRESHOLD_COUNT:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    if threshold != NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return int(round(m.profiles[i].slowdown_temp_c))
+
+
+def nvmlDeviceGetEccMode(handle: SimHandle) -> list[int]:
+    """``[current, pending]``: every simulated board (HBM) runs with ECC on."""
+    _gpu(handle)
+    return [NVML_FEATURE_ENABLED, NVML_FEATURE_ENABLED]
+
+
+def _ecc(s: dict[str, Any]) -> dict[str, int]:
+    return dict(s.get("ecc_errors") or {"corrected": 0, "uncorrected": 0})
+
+
+def nvmlDeviceGetTotalEccErrors(handle: SimHandle, errorType: int, counterType: int) -> int:
+    """ECC errors of one type (corrected or uncorrected), volatile or aggregate (equal here)."""
+    m, i = _gpu(handle)
+    if errorType not in (NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    if counterType not in (NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    key = "uncorrected" if errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED else "corrected"
+    return int(_ecc(m.read(i))[key])
+
+
+@dataclass
+class SimEventSet:
+    """An event set (NVML's is an opaque pointer): this process's registrations."""
+
+    registered: dict[int, list[int]]  # GPU index -> [event mask, events seen so far]
+    freed: bool = False
+
+
+@dataclass(frozen=True)
+class SimEventData:
+    """One event, with the attributes of nvidia-ml-py's ``c_nvmlEventData_t``."""
+
+    device: SimHandle
+    eventType: int
+    eventData: int  # the XID for nvmlEventTypeXidCriticalError
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+def nvmlEventSetCreate() -> SimEventSet:
+    _m()
+    return SimEventSet(registered={})
+
+
+def nvmlDeviceGetSupportedEventTypes(handle: SimHandle) -> int:
+    _gpu(handle)
+    return _EVENT_TYPES
+
+
+def nvmlDeviceRegisterEvents(handle: SimHandle, eventTypes: int, eventSet: SimEventSet) -> None:
+    """Deliver this GPU's events of ``eventTypes`` recorded from now on to ``eventSet``."""
+    m, i = _gpu(handle)
+    if not isinstance(eventSet, SimEventSet) or eventSet.freed:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    if int(eventTypes) & ~_EVENT_TYPES:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    if i in eventSet.registered:
+        eventSet.registered[i][0] |= int(eventTypes)
+    else:
+        eventSet.registered[i] = [int(eventTypes), len(m.read(i).get("events", []))]
+
+
+def nvmlEventSetWait_v2(eventSet: SimEventSet, timeoutms: int) -> SimEventData:
+    """The next event of a registered GPU; waits up to ``timeoutms`` of wall time for one.
+
+    Raises:
+        NVMLError_Timeout: no event came in time.
+    """
+    m = _m()
+    if not isinstance(eventSet, SimEventSet) or eventSet.freed:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    deadline = time.monotonic() + max(0, int(timeoutms)) / 1000.0
+    while True:
+        for i, reg in sorted(eventSet.registered.items()):
+            events = m.read(i).get("events", [])
+            while reg[1] < len(events):
+                kind, data = events[reg[1]]
+                reg[1] += 1
+                if kind & reg[0]:
+                    return SimEventData(device=SimHandle(i), eventType=int(kind), eventData=int(data))
+        if time.monotonic() >= deadline:
+            raise NVMLError(NVML_ERROR_TIMEOUT)
+        time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
+
+
+nvmlEventSetWait = nvmlEventSetWait_v2
+
+
+def nvmlEventSetFree(eventSet: SimEventSet) -> None:
+    if not isinstance(eventSet, SimEventSet) or eventSet.freed:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    eventSet.freed = True
+    eventSet.registered.clear()
+
+
 # --- sim extensions -------------------------------------------------------------------------
 def _advance(m: Machine, i: int, s: dict[str, Any], duration_s: float, power: float) -> float:
     """Move a GPU's virtual time on by ``duration_s`` at ``power`` W; returns the energy in mJ."""
@@ -425,7 +559,73 @@ def simDeviceSetLost(handle: SimHandle, lost: bool) -> None:
     m, i = _gpu(handle, allow_lost=True)
 
     def change(s: dict[str, Any]) -> None:
+        if lost and not s["lost"]:
+            _record_event(s, nvmlEventTypeXidCriticalError, XID_GPU_FALLEN_OFF_BUS)
         s["lost"] = bool(lost)
+
+    m.update(i, change, sync=True)
+
+
+def _record_event(s: dict[str, Any], kind: int, data: int) -> None:
+    s["events"] = [*s.get("events", []), [int(kind), int(data)]]
+
+
+def simDeviceInjectXid(handle: SimHandle, xid: int) -> None:
+    """Sim only: the driver reports XID ``xid`` for this GPU (an XID critical-error event).
+
+    Real NVML has no call that lists past XIDs; it delivers each as an event to the event sets
+    registered for ``nvmlEventTypeXidCriticalError`` (see ``nvmlEventSetWait_v2``).
+    """
+    m, i = _gpu(handle, allow_lost=True)
+    if not isinstance(xid, int) or isinstance(xid, bool) or xid <= 0:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    m.update(i, lambda s: _record_event(s, nvmlEventTypeXidCriticalError, xid), sync=True)
+
+
+def simDeviceGetXidErrors(handle: SimHandle) -> list[int]:
+    """Sim only: every XID this GPU has recorded, oldest first (ground truth for tests)."""
+    m, i = _gpu(handle, allow_lost=True)
+    events = m.read(i).get("events", [])
+    return [int(data) for kind, data in events if kind == nvmlEventTypeXidCriticalError]
+
+
+def simDeviceInjectEccErrors(handle: SimHandle, count: int, errorType: int = NVML_MEMORY_ERROR_TYPE_UNCORRECTED) -> None:
+    """Sim only: ``count`` memory errors of ``errorType`` (uncorrected by default) happen now.
+
+    Both the volatile and the aggregate counters grow; an uncorrected error also emits a
+    double-bit ECC event (``nvmlEventTypeDoubleBitEccError``), as a real board does.
+    """
+    m, i = _gpu(handle)
+    if errorType not in (NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    key = "uncorrected" if errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED else "corrected"
+
+    def change(s: dict[str, Any]) -> None:
+        ecc = _ecc(s)
+        ecc[key] += count
+        s["ecc_errors"] = ecc
+        if key == "uncorrected" and count:
+            _record_event(s, nvmlEventTypeDoubleBitEccError, 0)
+
+    m.update(i, change, sync=True)
+
+
+def simDeviceSetTemperatureC(handle: SimHandle, celsius: float) -> None:
+    """Sim only: the die is at ``celsius`` now (the thermal model carries on from there).
+
+    At or above the profile's slowdown temperature the model slows the clock
+    (``SW_THERMAL_SLOWDOWN``) and ``nvmlDeviceGetTemperatureThreshold`` says so; the model's own
+    heating never gets there within a board's power range.
+    """
+    m, i = _gpu(handle)
+    value = float(celsius)
+    if not math.isfinite(value):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+
+    def change(s: dict[str, Any]) -> None:
+        s["temperature_c"] = value
 
     m.update(i, change, sync=True)
 

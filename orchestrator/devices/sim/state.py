@@ -4,7 +4,8 @@ A state directory holds ``machine.json`` (which GPUs exist: profiles, UUIDs, PCI
 seed, whether the user is privileged, planted thresholds, the scenario, the energy counter's
 update period), written once, and one ``gpu-<index>.json`` per GPU with what changes: locked
 clocks, power limit, clock offset, virtual time, energy, temperature, what the last kernel call
-did, and the "lost" flag.
+did, the "lost" flag, ECC error counts and the events the driver has reported (XIDs, double-bit
+ECC). State files written before the health keys existed read as "no errors, no events".
 
 Every change is a locked read-modify-write (one ``filelock`` per GPU) followed by an atomic
 replace of the file, so concurrent processes (Ray workers, a guard, ``dvfs restore`` after a kill)
@@ -169,6 +170,8 @@ def fresh_gpu_state(profile: GpuProfile) -> dict[str, Any]:
         "reasons": 0x1,  # GPU_IDLE
         "calls": 0,
         "lost": False,
+        "ecc_errors": {"corrected": 0, "uncorrected": 0},
+        "events": [],  # [nvmlEventType*, data] in the order they happened (data: the XID)
     }
 
 
