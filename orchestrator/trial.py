@@ -22,7 +22,10 @@ and fast. Faults the sim draws below a device's stability threshold corrupt the 
 flipped bit in one element) or crash the call, so the checks see them as they would on hardware.
 
 A failure inside a trial is a result, not an exception out of the sweep: a crash is a ``crash``
-row, a lost device a ``device_error`` row.
+row, a lost device a ``device_error`` row. Before anything else a trial asks ``Device.health()``:
+on a GPU that is lost, reported an XID or uncorrected ECC errors, or is at its slowdown
+temperature, it runs nothing and returns ``device_error`` rows whose error names the GPU and why.
+The answer is sticky per ``Device``, so the GPU takes no further trials in this process.
 """
 
 from __future__ import annotations
@@ -166,6 +169,10 @@ def run_trial(ctx: TrialContext, cfg: Any, resolved: dict[str, Any]) -> list[dic
     m = cfg.measure
     base = _base_row(ctx, cfg, resolved, key, request)
     rows: list[dict[str, Any]] = []
+    health = device.health()  # an unhealthy GPU takes no further trials (sticky per Device)
+    if not health.ok:
+        _fail_rows(rows, base, m.repeats, "device_error", f"not run: {health.reason}")
+        return rows
     try:
         ctx.guard.apply(request)
         device.idle(m.settle_s)
@@ -207,6 +214,7 @@ def run_trial(ctx: TrialContext, cfg: Any, resolved: dict[str, Any]) -> list[dic
         _fail_rows(rows, base, m.repeats, "crash", str(e))
     except DeviceLostError as e:
         _fail_rows(rows, base, m.repeats, "device_error", str(e))
+        device.health()  # while it is still lost: the sticky answer retires the GPU
     except UserError:
         raise
     except DeviceError as e:

@@ -1,0 +1,200 @@
+"""Device health: the sim's NVML health calls, ``Device.health()``, and a trial on a sick GPU."""
+
+from __future__ import annotations
+
+import pynvml
+import pytest
+from omegaconf import OmegaConf
+
+from orchestrator.config import compose
+from orchestrator.devices import journal_dir, open_backend
+from orchestrator.devices.base import Health
+from orchestrator.devices.sim import nvml as sim
+from orchestrator.guard import Journal, SettingsGuard
+from orchestrator.trial import TrialContext, run_trial
+
+
+@pytest.fixture
+def backend(tmp_path):
+    """A two-GPU simulated A100 machine, opened through the adapter."""
+    b = open_backend({"backend": "sim", "state_dir": str(tmp_path / "sim"), "profile": "a100_sxm4_40gb", "count": 2})
+    yield b
+    b.close()
+
+
+def handle(index=0):
+    return sim.nvmlDeviceGetHandleByIndex(index)
+
+
+# --- the simulated NVML, as a pynvml client sees it -------------------------------------------
+def test_the_sim_answers_pynvmls_health_calls_with_pynvmls_constants(backend):
+    h = handle()
+    assert sim.nvmlDeviceGetEccMode(h) == [pynvml.NVML_FEATURE_ENABLED] * 2
+    for error in (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED):
+        for counter in (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC):
+            assert sim.nvmlDeviceGetTotalEccErrors(h, error, counter) == 0
+    assert sim.nvmlDeviceGetTemperatureThreshold(h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN) == 89
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        sim.nvmlDeviceGetTemperatureThreshold(h, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        sim.nvmlDeviceGetTotalEccErrors(h, 7, pynvml.NVML_VOLATILE_ECC)
+
+
+def test_injected_ecc_errors_count_on_one_gpu_only(backend):
+    sim.simDeviceInjectEccErrors(handle(0), 3)
+    sim.simDeviceInjectEccErrors(handle(0), 5, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED)
+    unc, cor = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+    assert sim.nvmlDeviceGetTotalEccErrors(handle(0), unc, pynvml.NVML_AGGREGATE_ECC) == 3
+    assert sim.nvmlDeviceGetTotalEccErrors(handle(0), cor, pynvml.NVML_VOLATILE_ECC) == 5
+    assert sim.nvmlDeviceGetTotalEccErrors(handle(1), unc, pynvml.NVML_VOLATILE_ECC) == 0
+
+
+def test_xids_arrive_as_events_registered_before_them(backend):
+    early = sim.nvmlEventSetCreate()
+    sim.nvmlDeviceRegisterEvents(handle(0), pynvml.nvmlEventTypeXidCriticalError, early)
+    sim.simDeviceInjectXid(handle(0), 48)
+    late = sim.nvmlEventSetCreate()
+    sim.nvmlDeviceRegisterEvents(handle(0), pynvml.nvmlEventTypeXidCriticalError, late)
+    sim.simDeviceInjectXid(handle(0), 94)
+    got = sim.nvmlEventSetWait_v2(early, 0)
+    assert (got.eventType, got.eventData, got.device) == (pynvml.nvmlEventTypeXidCriticalError, 48, handle(0))
+    assert sim.nvmlEventSetWait_v2(early, 0).eventData == 94
+    with pytest.raises(pynvml.NVMLError_Timeout):
+        sim.nvmlEventSetWait_v2(early, 0)
+    assert sim.nvmlEventSetWait_v2(late, 0).eventData == 94  # it never sees the XID before it
+    assert sim.simDeviceGetXidErrors(handle(0)) == [48, 94]
+    assert sim.simDeviceGetXidErrors(handle(1)) == []
+    sim.nvmlEventSetFree(early)
+    sim.nvmlEventSetFree(late)
+
+
+def test_a_lost_gpu_logs_xid_79(backend):
+    sim.simDeviceSetLost(handle(1), True)
+    assert sim.simDeviceGetXidErrors(handle(1)) == [79]
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        sim.nvmlDeviceGetTotalEccErrors(handle(1), 1, 0)
+
+
+# --- Device.health() -------------------------------------------------------------------------
+def test_a_fresh_gpu_is_healthy(backend):
+    assert backend.device(0).health() == Health(ok=True, reason=None, kind=None)
+
+
+@pytest.mark.parametrize(
+    "fault, kind, words",
+    [
+        (lambda h: sim.simDeviceSetLost(h, True), "lost", "is lost"),
+        (lambda h: sim.simDeviceInjectXid(h, 48), "xid", "XID 48 (double-bit ECC error)"),
+        (lambda h: sim.simDeviceInjectEccErrors(h, 2), "ecc", "2 uncorrected ECC error(s) since it was opened"),
+        (lambda h: sim.simDeviceSetTemperatureC(h, 95), "thermal", "at 95 C, at or above its slowdown threshold of 89 C"),
+    ],
+)
+def test_each_fault_makes_that_gpu_unhealthy_and_names_it(backend, fault, kind, words):
+    d0, d1 = backend.device(0), backend.device(1)
+    fault(handle(0))
+    health = d0.health()
+    assert not health.ok and health.kind == kind
+    assert words in health.reason
+    assert health.reason.startswith(f"GPU 0 ({d0.identity.uuid})") and "\n" not in health.reason
+    assert d1.health().ok
+
+
+def test_ecc_errors_and_xids_from_before_the_device_was_opened_do_not_count(backend):
+    sim.simDeviceInjectEccErrors(handle(0), 4)
+    sim.simDeviceInjectXid(handle(0), 48)
+    assert backend.device(0).health().ok
+
+
+def test_application_xids_and_corrected_ecc_errors_are_not_device_faults(backend):
+    d = backend.device(0)
+    for xid in (13, 31, 43, 45):
+        sim.simDeviceInjectXid(handle(0), xid)
+    sim.simDeviceInjectEccErrors(handle(0), 100, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED)
+    assert d.health().ok
+
+
+def test_unhealthy_is_sticky_for_the_device_object(backend):
+    d = backend.device(0)
+    sim.simDeviceSetTemperatureC(handle(0), 91)
+    first = d.health()
+    sim.simDeviceSetTemperatureC(handle(0), 40)
+    assert d.health() == first and not first.ok
+    assert backend.device(0).health().ok  # a new Device starts afresh
+
+
+def test_health_changes_nothing_on_the_device(backend):
+    d = backend.device(0)
+    before = sim.simDeviceGetTimeS(handle(0)), d.settings(), d.energy_mj()
+    for _ in range(3):
+        d.health()
+    assert (sim.simDeviceGetTimeS(handle(0)), d.settings(), d.energy_mj()) == before
+
+
+# --- a trial on a sick GPU --------------------------------------------------------------------
+class NoKernels:
+    """A kernel cache that fails the test if a trial gets as far as building a kernel."""
+
+    def get(self, *a, **k):
+        raise AssertionError("the trial ran on an unhealthy GPU")
+
+
+class LosesTheGpu:
+    """A kernel whose first call makes the GPU fall off the bus (as an XID 79 would)."""
+
+    framework_version = "fake"
+
+    def __init__(self, h):
+        self.h = h
+
+    def get(self, *a, **k):
+        return self
+
+    def call_device(self):
+        sim.simDeviceSetLost(self.h, True)
+        return None
+
+    def to_numpy(self, out):
+        import numpy as np
+
+        return np.zeros(4, dtype=np.float32)
+
+
+@pytest.fixture
+def gpu0(tmp_path):
+    """A TrialContext on GPU 0 of a fresh sim (its device opened now, as a worker's is)."""
+    backend = open_backend(compose(SIM(tmp_path)).device)
+    device = backend.device(0)
+    guard = SettingsGuard(device, Journal(journal_dir(compose(SIM(tmp_path)).device))).__enter__()
+    yield TrialContext(device=device, guard=guard, kernels=NoKernels(), sweep_id="test")
+    sim.simDeviceSetLost(handle(0), False)
+    guard.close()
+    backend.close()
+
+
+def SIM(tmp_path):
+    return ["workload.size=tiny", "measure=quick", f"device.state_dir={tmp_path / 'sim'}"]
+
+
+def trial(ctx, tmp_path, kernels, *overrides):
+    cfg = compose([*SIM(tmp_path), *overrides])
+    ctx.kernels = kernels
+    return run_trial(ctx, cfg, OmegaConf.to_container(cfg, resolve=True))
+
+
+def test_an_unhealthy_gpu_gives_device_error_rows_and_no_setting_is_touched(gpu0, tmp_path):
+    sim.simDeviceInjectEccErrors(handle(0), 1)
+    rows = trial(gpu0, tmp_path, NoKernels(), "device.power_limit_w=250", "measure.repeats=2")
+    assert [r["status"] for r in rows] == ["device_error", "device_error"]
+    uuid = gpu0.device.identity.uuid
+    assert rows[0]["error"].startswith(f"not run: GPU 0 ({uuid}) had 1 uncorrected ECC error(s)")
+    assert gpu0.device.settings().power_limit_w == 400
+    assert gpu0.guard.journal.uuids() == []
+
+
+def test_a_gpu_lost_during_a_trial_takes_no_further_trials(gpu0, tmp_path):
+    rows = trial(gpu0, tmp_path, LosesTheGpu(handle(0)))
+    assert rows[0]["status"] == "device_error" and "fallen off the bus" in rows[0]["error"]
+    sim.simDeviceSetLost(handle(0), False)  # back on the bus: this process still retires it
+    again = trial(gpu0, tmp_path, NoKernels())
+    assert again[0]["status"] == "device_error"
+    assert again[0]["error"].startswith(f"not run: GPU 0 ({gpu0.device.identity.uuid}) is lost"), again[0]["error"]
