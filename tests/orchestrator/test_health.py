@@ -198,3 +198,26 @@ def test_a_gpu_lost_during_a_trial_takes_no_further_trials(gpu0, tmp_path):
     again = trial(gpu0, tmp_path, NoKernels())
     assert again[0]["status"] == "device_error"
     assert again[0]["error"].startswith(f"not run: GPU 0 ({gpu0.device.identity.uuid}) is lost"), again[0]["error"]
+
+
+def test_a_sweep_on_a_gpu_over_its_slowdown_temperature_records_why_and_goes_on(tmp_path):
+    import os
+    import subprocess
+
+    from orchestrator.store import ResultStore
+    from support import DVFS
+
+    state = tmp_path / "sim"
+    with open_backend({"backend": "sim", "state_dir": str(state)}):  # the sweep's own machine spec
+        sim.simDeviceSetTemperatureC(handle(0), 95)
+    sweep = [*DVFS, "sweep", "-m", "hydra/launcher=basic", *SIM(tmp_path), "measure.settle_s=0",
+             f"hydra.sweep.dir={tmp_path / 'sweep'}", "device.sm_clock_mhz=1200,1305"]
+    out = subprocess.run(sweep, cwd=tmp_path, env=dict(os.environ, DVFS_SIM_STATE_DIR=str(state)),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    with ResultStore(tmp_path / "sweep", readonly=True) as store:
+        rows = store.rows()
+    assert [r["status"] for r in rows] == ["device_error", "device_error"]
+    assert all("is at 95 C, at or above its slowdown threshold of 89 C" in r["error"] for r in rows)
+    assert "device_error: not run: GPU 0 (GPU-" in out.stdout
+    assert not list((state / "journal").glob("*.json"))
