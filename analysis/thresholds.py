@@ -19,12 +19,19 @@ run at the clock asked (a clock that did not lock, throttling), and counting its
 the threshold too low. Failures count whatever their validity. Excluded trials are counted in
 ``excluded_invalid_trials``. Trials without an asked clock (the device default) are not on the
 clock axis and are counted in ``trials_without_clock``.
+
+A sweep of the stability sweeper (``hydra/sweeper=stability``) records which phase of its search
+asked for each trial (``coarse``, ``bisect``, ``confirm``, ``retry``) in the store's
+``search_trials`` meta item; pass its ``roles`` (trial key -> phase) and ``search_roles`` counts
+them (a ``search_role`` column wins where set). The sweeper's own table (``thresholds.csv``, and
+the store's ``thresholds`` meta item) adds what only the search knows: whether the lowest stable
+clock was confirmed with the ``n`` clean iterations asked for.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -52,8 +59,22 @@ def _fmt(v: float) -> str:
     return f"{v:g}"
 
 
+def _search_roles(df: pd.DataFrame, roles: Mapping[str, str] | None) -> list[object]:
+    """Each trial's search phase: its ``search_role``, else ``roles[trial_key]``."""
+    keys = df["trial_key"].tolist() if "trial_key" in df.columns else [None] * len(df)
+    out: list[object] = []
+    for role, key in zip(df["search_role"].tolist(), keys):
+        if is_missing(role) and roles and isinstance(key, str):
+            role = roles.get(key)
+        out.append(role)
+    return out
+
+
 def thresholds(
-    df: pd.DataFrame, by: Sequence[str] = THRESHOLD_GROUP, clock: str = "sm_clock_max_mhz"
+    df: pd.DataFrame,
+    by: Sequence[str] = THRESHOLD_GROUP,
+    clock: str = "sm_clock_max_mhz",
+    roles: Mapping[str, str] | None = None,
 ) -> pd.DataFrame:
     """The stability threshold of each GPU and computation.
 
@@ -63,6 +84,8 @@ def thresholds(
         by: The grouping columns.
         clock: The ordered setting, in MHz (``sm_clock_max_mhz``; ``clock_offset_mhz`` for an
             offset search).
+        roles: Trial key -> search phase, for trials without a ``search_role``: the ``roles`` of
+            the stability sweeper's ``search_trials`` meta item (``analysis.load_meta``).
 
     Returns:
         One row per group: the ``by`` columns and those of :data:`COLUMNS`.
@@ -70,6 +93,7 @@ def thresholds(
     by = list(by)
     require_columns(df, [clock, "status"], "thresholds")
     df = with_columns(df, [*by, "device_name", "valid", "iterations", "search_role"])
+    search_role = _search_roles(df, roles)
     clocks = numeric(df[clock])
     iters = numeric(df["iterations"])
     status = df["status"].tolist()
@@ -94,7 +118,7 @@ def thresholds(
         n_clean = float(np.nansum(iters[at_stable])) if len(at_stable) else np.nan
         at_failing = fails[clocks[fails] == highest_failing]
         iters_failing_all = has_clock[clocks[has_clock] == highest_failing]
-        roles = Counter(str(r) for r in df["search_role"].iloc[pos] if not is_missing(r))
+        roles = Counter(str(search_role[i]) for i in pos if not is_missing(search_role[i]))
 
         if not len(has_clock):
             note = "no trial with an asked clock"
