@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from analysis._frame import DEFAULT_GROUP, OK, exclusion_reasons, group_positions, numeric, truthy
+from analysis._labels import LabelPlacer, darker
 from analysis.pareto import pareto_front
 from analysis.recommend import aggregate_repeats
 
@@ -33,6 +34,7 @@ MEMORY_BOUND_FLOP_PER_BYTE = 10.0
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "h", "<", ">", "X")
 HATCHES = ("//", "\\\\", "..", "xx", "--", "||")
+LINESTYLES = ("-", (0, (5, 2)), "-.", (0, (1, 1.5)))  # solid, dashed, dash-dot, dotted
 _PREFIXES = ((1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n"))
 _LABELLED = {
     "min_energy": "min energy",
@@ -85,21 +87,17 @@ def series_label(key: dict, columns: Sequence[str]) -> str:
 
 
 def series_styles(labels: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """A colour, marker and hatch per series label, stable for sorted labels."""
+    """A colour, marker, line style and hatch per series label, stable for sorted labels.
+
+    The line style tells series apart in grayscale, and where two series' lines coincide a
+    dashed one drawn over a solid one still shows both.
+    """
     colors = _colors()
     return {
         lab: {"color": colors[i % len(colors)], "marker": MARKERS[i % len(MARKERS)],
-              "hatch": HATCHES[i % len(HATCHES)]}
+              "hatch": HATCHES[i % len(HATCHES)], "ls": LINESTYLES[i % len(LINESTYLES)]}
         for i, lab in enumerate(sorted(set(labels)))
     }
-
-
-def _renderer(fig: Any) -> Any:
-    if not hasattr(fig.canvas, "get_renderer"):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-        FigureCanvasAgg(fig)
-    return fig.canvas.get_renderer()
 
 
 def _prepare(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
@@ -163,7 +161,7 @@ def plot_pareto(
     handles: dict[str, Any] = {}
     for (key, pos), name in zip(groups, names):
         st = styles.get(name) or series_styles([name])[name]
-        c, m = st["color"], st["marker"]
+        c, m, ls = st["color"], st["marker"], st.get("ls", "-")
         u = pos[usable[pos]]
         front = u[on_front[u]]
         rest = u[~on_front[u]]
@@ -172,14 +170,15 @@ def plot_pareto(
                    linewidths=0.6, zorder=4)
         if len(front):
             order = np.argsort(x[front])
-            ax.step(x[front][order], y[front][order], where="post", color=c, lw=1.4, zorder=2)
+            ax.step(x[front][order], y[front][order], where="post", color=c, lw=1.4, ls=ls,
+                    zorder=2)
         f, iv = pos[failed[pos]], pos[invalid[pos]]
         ax.scatter(x[f], y[f], s=40, marker="x", color=c, linewidths=1.4, zorder=5)
         ax.scatter(x[iv], y[iv], s=55, marker="+", color=c, linewidths=1.4, zorder=5)
         d = u[default[u]]
         ax.scatter(x[d], y[d], s=170, marker="*", color=c, edgecolors="black", linewidths=0.6,
                    zorder=6)
-        handles[name] = Line2D([], [], color=c, marker=m, ls="-", lw=1.4, mec="black", mew=0.6,
+        handles[name] = Line2D([], [], color=c, marker=m, ls=ls, lw=1.4, mec="black", mew=0.6,
                                label=name)
     gray = "0.25"
     handles["Pareto front (step)"] = Line2D([], [], color=gray, lw=1.4, label="Pareto front (step)")
@@ -283,7 +282,8 @@ def _rec_points(agg: pd.DataFrame, recs: pd.DataFrame | None, by: Sequence[str],
                                  f"{_pct(float(r['slowdown_pct']))} time")
         for i, ps in parts.items():
             clk = agg[CLOCK].iat[i]
-            head = " & ".join(ps)
+            # Several objectives at one point: a line per two, so the label stays narrow.
+            head = ",\n".join(", ".join(ps[k:k + 2]) for k in range(0, len(ps), 2))
             if not ps[0].startswith("default") and _finite(clk):
                 head += f": {clk:.0f} MHz"
             out.append((i, name, head + ("" if i == base_i else saving.get(i, ""))))
@@ -291,7 +291,10 @@ def _rec_points(agg: pd.DataFrame, recs: pd.DataFrame | None, by: Sequence[str],
 
 
 def _pct(v: float) -> str:
-    """A signed percentage, with a decimal only when it is under 1 %: ``−24 %``, ``+0.4 %``."""
+    """A signed percentage, with a decimal only when it is under 1 %: ``−24 %``, ``+0.4 %``,
+    ``±0 %`` (no ``−0.0 %`` from a rounding error)."""
+    if abs(v) < 0.05:
+        return "±0 %"
     text = f"{v:+.1f}" if abs(v) < 0.95 else f"{v:+.0f}"
     return text.replace("-", "−") + " %"
 
@@ -318,8 +321,8 @@ def _same(a: object, b: object) -> bool:
 def _ring_recommended(ax: Any, agg: pd.DataFrame, recs: pd.DataFrame, by: Sequence[str],
                       styles: dict, scols: Sequence[str], tf: float, ef: float) -> None:
     for i, name, text in _rec_points(agg, recs, by, scols):
-        if text.startswith(("default", "baseline")) and " & " not in text:
-            continue
+        if not any(lab.split("{")[0] in text for lab in _LABELLED.values()):
+            continue  # the default or the baseline alone: labelled, not ringed
         c = styles.get(name, {}).get("color", "black")
         ax.scatter([agg[TIME].iat[i] / tf], [agg[ENERGY].iat[i] / ef], s=190, facecolors="none",
                    edgecolors=c, linewidths=1.3, zorder=6)
@@ -334,12 +337,16 @@ def label_settings(
     styles: dict[str, dict[str, Any]] | None = None,
     series: Sequence[str] | None = None,
 ) -> None:
-    """Labels the default and recommended settings of a Pareto panel, without overlaps.
+    """Labels the default and recommended settings of a Pareto panel, and each point's clock.
 
-    Each label is tried at 32 offsets around its point (four distances, eight directions) and
-    put where it overlaps no label already placed, covers the fewest points and stays inside the
-    Axes; an arrow joins it to its point. Call it once the figure's layout is final (after
-    ``fig.draw_without_rendering()``), since it measures text in display space.
+    The setting labels come first: each is tried at 48 offsets around its point (six distances,
+    eight directions) and put where it overlaps no label already placed, covers the fewest points
+    and stays inside the Axes (never outside the figure); a line joins it to its point. Labels
+    with the same text at the same spot (two series' default settings that coincide) are drawn
+    once, in gray. Then every other usable point gets its SM clock in MHz, in small type, beside
+    it where there is room (points off the front fainter); a clock that fits nowhere, or repeats
+    one already written at that spot, is left out. Call it once the figure's layout is final
+    (after ``fig.draw_without_rendering()``), since it measures text in display space.
 
     Args:
         ax: The Axes that :func:`plot_pareto` drew on.
@@ -351,74 +358,49 @@ def label_settings(
     """
     agg = _prepare(df, by)
     scols = list(series) if series is not None else series_columns(agg, by)
-    items = _rec_points(agg, recommendations, by, scols)
-    if not items:
-        return
-    styles = styles or series_styles([series_label(k, scols) for k, _ in
-                                      group_positions(agg, list(by))])
+    groups = group_positions(agg, list(by))
+    styles = styles or series_styles([series_label(k, scols) for k, _ in groups])
+    name_of = np.empty(len(agg), dtype=object)
+    for key, pos in groups:
+        name_of[pos] = series_label(key, scols)
     tf, _ = si_scale(numeric(agg[TIME]), "s")
     ef, _ = si_scale(numeric(agg[ENERGY]), "J")
-    fig = ax.figure
-    renderer = _renderer(fig)
-    ax_box = ax.get_window_extent(renderer)
     xs, ys = numeric(agg[TIME]) / tf, numeric(agg[ENERGY]) / ef
     ok = np.isfinite(xs) & np.isfinite(ys)
-    pts = ax.transData.transform(np.column_stack([xs[ok], ys[ok]])) if ok.any() else np.empty((0, 2))
-    placed: list[Any] = []
-    labelled = {i for i, _, _ in items}
+    disp = np.full((len(agg), 2), np.nan)
+    if ok.any():
+        disp[ok] = ax.transData.transform(np.column_stack([xs[ok], ys[ok]]))
+    placer = LabelPlacer(ax, disp[ok])
+
+    # Setting labels, merged where the same text sits at the same spot.
+    items: list[tuple[int, Any, str]] = []
+    labelled: set[int] = set()
+    for i, name, text in _rec_points(agg, recommendations, by, scols):
+        labelled.add(i)
+        color = styles.get(name, {}).get("color", "black")
+        twin = next((k for k, (j, _, t) in enumerate(items)
+                     if t == text and np.hypot(*(disp[j] - disp[i])) < 12), None)
+        if twin is None:
+            items.append((i, color, text))
+        else:
+            items[twin] = (items[twin][0], "0.25", text)
+    for i, color, text in items:
+        placer.boxed(text, (xs[i], ys[i]), disp[i], color)
+
+    # The clock of every other usable point, where it fits: front points first (they matter
+    # most), then the rest, left to right.
+    usable = exclusion_reasons(agg, needed=[TIME, ENERGY]).isna().to_numpy() & ok
     front = truthy(agg["on_front"]) if "on_front" in agg else np.zeros(len(agg), bool)
     clk = numeric(agg[CLOCK])
-    for i in np.flatnonzero(front & np.isfinite(clk) & ok):
-        if i in labelled:
+    written: list[tuple[str, np.ndarray]] = []
+    for i in sorted(np.flatnonzero(usable & np.isfinite(clk)),
+                    key=lambda j: (not front[j], xs[j], ys[j])):
+        text = f"{clk[i]:.0f}"
+        if i in labelled or any(t == text and np.hypot(*(d - disp[i])) < 12 for t, d in written):
             continue
-        key_name = None
-        for key, pos in group_positions(agg, list(by)):
-            if i in pos:
-                key_name = series_label(key, scols)
-        c = styles.get(key_name, {}).get("color", "0.3")
-        t = ax.annotate(f"{clk[i]:.0f}", xy=(xs[i], ys[i]), xytext=(4, 3), textcoords="offset points",
-                        fontsize=6.5, color=c, ha="left", va="bottom", zorder=7)
-        placed.append(t.get_window_extent(renderer).padded(1))
-    directions = [(1, 1), (1, -1), (-1, 1), (-1, -1), (0, 1), (0, -1), (1, 0), (-1, 0)]
-    for i, name, text in items:
-        c = styles.get(name, {}).get("color", "black")
-        xy = (xs[i], ys[i])
-        best: tuple[float, tuple[float, float]] | None = None
-        for dist in (22, 40, 62, 90):
-            for dx, dy in directions:
-                off = (dx * dist, dy * dist * 0.8)
-                ann = _annotate(ax, text, xy, off, c)
-                bb = ann.get_window_extent(renderer).padded(2)
-                ann.remove()
-                overlap = sum(_area(bb, p) for p in placed)
-                inside = _area(bb, ax_box)
-                outside = bb.width * bb.height - inside
-                covered = int(((pts[:, 0] > bb.x0) & (pts[:, 0] < bb.x1) &
-                               (pts[:, 1] > bb.y0) & (pts[:, 1] < bb.y1)).sum())
-                score = 50 * overlap + 20 * outside + 300 * covered + 2 * dist
-                if best is None or score < best[0]:
-                    best = (score, off)
-        assert best is not None
-        ann = _annotate(ax, text, xy, best[1], c)
-        placed.append(ann.get_window_extent(renderer).padded(2))
-
-
-def _annotate(ax: Any, text: str, xy: tuple[float, float], off: tuple[float, float],
-              color: Any) -> Any:
-    ha = "left" if off[0] > 0 else "right" if off[0] < 0 else "center"
-    va = "bottom" if off[1] > 0 else "top" if off[1] < 0 else "center"
-    return ax.annotate(
-        text, xy=xy, xytext=off, textcoords="offset points", ha=ha, va=va, fontsize=7.5,
-        bbox={"boxstyle": "round,pad=0.25", "fc": "white", "ec": color, "lw": 0.8, "alpha": 0.92},
-        arrowprops={"arrowstyle": "-", "color": color, "lw": 0.8, "shrinkA": 0, "shrinkB": 4},
-        zorder=8, annotation_clip=False,
-    )
-
-
-def _area(a: Any, b: Any) -> float:
-    w = min(a.x1, b.x1) - max(a.x0, b.x0)
-    h = min(a.y1, b.y1) - max(a.y0, b.y0)
-    return max(w, 0.0) * max(h, 0.0)
+        color = darker(styles.get(name_of[i], {}).get("color", "0.3"))
+        if placer.beside(text, (xs[i], ys[i]), disp[i], color, 1.0 if front[i] else 0.7):
+            written.append((text, disp[i]))
 
 
 def _work_unit(df: pd.DataFrame) -> tuple[str, str, str, str, float]:
@@ -459,8 +441,8 @@ def plot_clocks(
     rows carry neither. Lines join the medians of usable settings; small
     dots show every repeat; failed settings are crosses. Where a series had failures, the clock
     range up to its highest failing clock is shaded (hatched in the series' colour) and its
-    lowest stable clock is a dashed line. Trials at the device's default setting are stars at
-    their observed clock. Every y axis starts at zero.
+    lowest stable clock is a dashed line; series with the same range share one, in gray.
+    Trials at the device's default setting are stars at their observed clock. Every y axis starts at zero.
 
     Args:
         axes: Three Axes: throughput, power, energy per work.
@@ -503,7 +485,7 @@ def plot_clocks(
     raw_ok = exclusion_reasons(df, needed=[TIME, ENERGY]).isna().to_numpy()
     for (key, pos), name in zip(groups, names):
         st = styles.get(name) or series_styles([name])[name]
-        c, m = st["color"], st["marker"]
+        c, m, ls = st["color"], st["marker"], st.get("ls", "-")
         line = pos[usable[pos] & ~default[pos] & np.isfinite(xs[pos])]
         line = line[np.argsort(xs[line])]
         dflt = pos[usable[pos] & default[pos]]
@@ -514,37 +496,42 @@ def plot_clocks(
             v = numeric(agg[col]) / scale
             raw_v = numeric(df[col]) / scale
             ax.scatter(raw_x[rp], raw_v[rp], s=6, color=c, alpha=0.35, linewidths=0, zorder=2)
-            ax.plot(xs[line], v[line], color=c, marker=m, ms=5, lw=1.3, zorder=3)
+            ax.plot(xs[line], v[line], color=c, marker=m, ms=5, lw=1.3, ls=ls, zorder=3)
             ax.scatter(xs[dflt], v[dflt], s=150, marker="*", color=c, edgecolors="black",
                        linewidths=0.6, zorder=5)
             ax.scatter(xs[bad], v[bad], s=40, marker="x", color=c, linewidths=1.4, zorder=4)
-        handles[name] = Line2D([], [], color=c, marker=m, lw=1.3, label=name)
-    # Stability: per series, the range with failures and the lowest stable clock.
+        handles[name] = Line2D([], [], color=c, marker=m, lw=1.3, ls=ls, label=name)
+    # Stability: per series, the range with failures and the lowest stable clock. Series with
+    # the same range share one band and one line, in gray, named together in the legend.
+    any_failure = False
     if len(thr) and "framework" in thr.columns:
-        thr_names = {}
+        shared: dict[tuple[float, float], list[str]] = {}
         for key, tpos in group_positions(thr, [c for c in scols if c in thr.columns]):
-            thr_names[series_label(key, scols)] = thr.iloc[tpos]
-        lo = np.nanmin(xs) if np.isfinite(xs).any() else 0.0
-        for name, t in thr_names.items():
-            st = styles.get(name)
-            if st is None:
-                continue
+            name = series_label(key, scols)
+            t = thr.iloc[tpos]
             hf = numeric(t["highest_failing_mhz"])
+            if name not in styles or not np.isfinite(hf).any():
+                continue
             ls_ = numeric(t["lowest_stable_mhz"])
-            if np.isfinite(hf).any():
-                top = float(np.nanmax(hf))
+            stable = float(np.nanmax(ls_)) if np.isfinite(ls_).any() else np.nan
+            shared.setdefault((float(np.nanmax(hf)), stable), []).append(name)
+        lo = np.nanmin(xs) if np.isfinite(xs).any() else 0.0
+        for (top, stable), members in shared.items():
+            any_failure = True
+            st = styles[members[0]]
+            color = st["color"] if len(members) == 1 else "0.45"
+            who = ", ".join(members)
+            for ax, _, _ in metrics:
+                ax.axvspan(lo - 1e4, top, facecolor=color, alpha=0.12, edgecolor=color,
+                           hatch=st["hatch"], lw=0, zorder=0)
+            label = f"checks failed at ≤ {top:.0f} MHz ({who})"
+            handles[label] = Patch(facecolor=color, alpha=0.25, hatch=st["hatch"],
+                                   edgecolor=color, label=label)
+            if np.isfinite(stable):
                 for ax, _, _ in metrics:
-                    ax.axvspan(lo - 40, top, facecolor=st["color"], alpha=0.10,
-                               edgecolor=st["color"], hatch=st["hatch"], lw=0, zorder=0)
-                label = f"failures at ≤ {top:.0f} MHz ({name})"
-                handles[label] = Patch(facecolor=st["color"], alpha=0.25, hatch=st["hatch"],
-                                       edgecolor=st["color"], label=label)
-                if np.isfinite(ls_).any():
-                    stable = float(np.nanmax(ls_))
-                    for ax, _, _ in metrics:
-                        ax.axvline(stable, color=st["color"], ls="--", lw=1.0, zorder=1)
-                    lab = f"lowest stable {stable:.0f} MHz ({name})"
-                    handles[lab] = Line2D([], [], color=st["color"], ls="--", label=lab)
+                    ax.axvline(stable, color=color, ls="--", lw=1.0, zorder=1)
+                lab = f"lowest stable {stable:.0f} MHz ({who})"
+                handles[lab] = Line2D([], [], color=color, ls="--", label=lab)
     if default.any():
         handles["device default (at its observed clock)"] = Line2D(
             [], [], color="0.25", marker="*", ms=11, ls="", label="device default (at its observed clock)")
@@ -563,7 +550,9 @@ def plot_clocks(
         if np.isfinite(xs).any():
             span = np.nanmax(xs) - np.nanmin(xs)
             pad = max(span * 0.04, 10.0)
-            ax.set_xlim(np.nanmin(xs) - pad, np.nanmax(xs) + pad)
+            # Room left of the lowest clock, so a band of failures there can be seen.
+            left = max(span * 0.10, 25.0) if any_failure else pad
+            ax.set_xlim(np.nanmin(xs) - left, np.nanmax(xs) + pad)
         ax.set_ylim(top=ax.get_ylim()[1] * 1.05)
     if legend:
         ax_energy.legend(handles=list(handles.values()), fontsize=7, loc="best", framealpha=0.9)

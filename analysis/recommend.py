@@ -210,12 +210,15 @@ def recommend(
     out: list[dict] = []
     for key, pos in group_positions(agg, by):
         sub = agg.iloc[pos].reset_index(drop=True)
-        cand = exclusion_reasons(sub, needed=SPREAD_METRICS).isna().to_numpy()
+        reasons = exclusion_reasons(sub, needed=SPREAD_METRICS)
+        cand = reasons.isna().to_numpy()
         t, e = numeric(sub[TIME]), numeric(sub[ENERGY])
         b, how = _baseline(sub, cand)
         if not cand.any():
+            why = Counter(str(r) for r in reasons)
             out.append({**key, "objective": None, "baseline": how,
-                        "note": f"no usable setting among {len(sub)} ({_join_unique(sub['status'])})"})
+                        "note": f"no usable setting among {len(sub)}: " + "; ".join(
+                            f"{n}× {r}" for r, n in why.most_common())})
             continue
         inf = np.inf
         picks = {

@@ -11,24 +11,30 @@ committed) and writes, into one directory:
 - ``trials.csv`` (every row), ``front.csv`` (every setting, with ``on_front`` and why a setting
   was excluded), ``recommendations.csv`` and, when any trial failed, ``thresholds.csv``.
 
-matplotlib is imported only inside :func:`write_report`, with the Agg backend and no pyplot.
+The report reads top-down as a user asks: a summary (per workload and framework: the setting of
+least energy, of least EDP and of least energy within the slowdown budget, with their changes in
+energy and time, and where checks failed), the recommendations table and the Pareto figure, the
+stability thresholds and the clock figure, comparisons, failed trials; then the context: what
+was swept and what every trial shared (from the trials' own configs), devices and versions.
+
+matplotlib is imported only when a figure is drawn (:mod:`analysis._figures`), with the Agg
+canvas and no pyplot. ``dvfs report`` prints bad input (no store, an empty, unreadable or newer
+store, a bad option, an output directory it cannot write) on one line and exits with code 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import datetime as _dt
-import html
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from analysis._doc import Doc
+from analysis._figures import clocks_figure, pareto_figure
 from analysis._frame import DEFAULT_GROUP, OK, fmt_sig, group_positions, is_missing, truthy
 from analysis.load import PathsLike, export, load, load_meta
 from analysis.pareto import pareto_front
@@ -37,95 +43,9 @@ from analysis.thresholds import thresholds
 from orchestrator.errors import UserError
 
 DEFAULT_IMAGE_SIZE = (1600, 1000)
-_DPI = 100
-_MAX_LISTED = 40  # rows of a long table shown in the report (all of them are in the CSVs)
 
 
-# -- building blocks, rendered both as Markdown and as HTML -------------------------------------
-
-class _Doc:
-    """A report as a list of blocks, rendered to Markdown and to self-contained HTML."""
-
-    def __init__(self) -> None:
-        self.blocks: list[tuple[str, Any]] = []
-
-    def h(self, level: int, text: str) -> None:
-        self.blocks.append(("h", (level, text)))
-
-    def p(self, text: str) -> None:
-        self.blocks.append(("p", text))
-
-    def items(self, items: Sequence[str]) -> None:
-        if items:
-            self.blocks.append(("ul", list(items)))
-
-    def table(self, df: pd.DataFrame, limit: int = _MAX_LISTED) -> None:
-        shown = df.head(limit)
-        self.blocks.append(("table", shown))
-        if len(df) > limit:
-            self.p(f"... and {len(df) - limit} more rows (see the CSV files).")
-
-    def image(self, path: Path, alt: str) -> None:
-        self.blocks.append(("img", (path, alt)))
-
-    def markdown(self) -> str:
-        out: list[str] = []
-        for kind, v in self.blocks:
-            if kind == "h":
-                out.append("#" * v[0] + " " + v[1])
-            elif kind == "p":
-                out.append(v)
-            elif kind == "ul":
-                out.append("\n".join(f"- {i}" for i in v))
-            elif kind == "table":
-                out.append(_md_table(v))
-            elif kind == "img":
-                out.append(f"![{v[1]}]({v[0].name})")
-        return "\n\n".join(out) + "\n"
-
-    def html(self, title: str) -> str:
-        body: list[str] = []
-        for kind, v in self.blocks:
-            if kind == "h":
-                body.append(f"<h{v[0]}>{html.escape(v[1])}</h{v[0]}>")
-            elif kind == "p":
-                body.append(f"<p>{html.escape(v)}</p>")
-            elif kind == "ul":
-                body.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in v) + "</ul>")
-            elif kind == "table":
-                body.append(v.to_html(index=False, escape=True, na_rep="", border=0,
-                                      classes="data"))
-            elif kind == "img":
-                path, alt = v
-                data = base64.b64encode(path.read_bytes()).decode("ascii")
-                body.append(f'<figure><img alt="{html.escape(alt)}" '
-                            f'src="data:image/png;base64,{data}"><figcaption>'
-                            f"{html.escape(alt)}</figcaption></figure>")
-        css = (
-            "body{font-family:system-ui,sans-serif;max-width:1700px;margin:2em auto;padding:0 1em;"
-            "color:#222}table.data{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}"
-            "table.data th,table.data td{border:1px solid #ccc;padding:3px 7px;text-align:right}"
-            "table.data th{background:#f2f2f2}img{max-width:100%;border:1px solid #ddd}"
-            "figcaption{font-size:13px;color:#555}"
-        )
-        return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                f"<title>{html.escape(title)}</title><style>{css}</style></head><body>\n"
-                + "\n".join(body) + "\n</body></html>\n")
-
-
-def _md_cell(v: object) -> str:
-    return str(v).replace("|", "\\|").replace("\n", " ")
-
-
-def _md_table(df: pd.DataFrame) -> str:
-    if not len(df.columns):
-        return ""
-    head = "| " + " | ".join(_md_cell(c) for c in df.columns) + " |"
-    rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    rows = ["| " + " | ".join(_md_cell(v) for v in r) + " |"
-            for r in df.itertuples(index=False, name=None)]
-    return "\n".join([head, rule, *rows])
-
+# -- tables for reading ---------------------------------------------------------------------
 
 def _display(df: pd.DataFrame, columns: Sequence[str], rename: dict[str, str] | None = None,
              drop_empty: bool = True) -> pd.DataFrame:
@@ -155,94 +75,6 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, object]]:
         else:
             out.append((f"{prefix}{k}", v))
     return out
-
-
-# -- figures -------------------------------------------------------------------------------------
-
-def _grid(n: int) -> tuple[int, int]:
-    if n <= 3:
-        return 1, n
-    cols = 2 if n == 4 else 3
-    return math.ceil(n / cols), cols
-
-
-def _workloads(df: pd.DataFrame) -> list[object]:
-    return list(dict.fromkeys(df["workload"].tolist()))
-
-
-def _rows_of(df: pd.DataFrame, workload: object) -> pd.DataFrame:
-    mask = np.array([(w == workload) or (is_missing(w) and is_missing(workload))
-                     for w in df["workload"]])
-    return df[mask]
-
-
-def _figure(image_size: tuple[int, int]) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    w, h = image_size
-    fig = Figure(figsize=(w / _DPI, h / _DPI), dpi=_DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _pareto_figure(agg: pd.DataFrame, recs: pd.DataFrame, image_size: tuple[int, int],
-                   out: Path) -> tuple[Path, Path]:
-    from analysis import plots
-
-    workloads = _workloads(agg)
-    fig = _figure(image_size)
-    nrows, ncols = _grid(len(workloads))
-    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
-    cols = plots.series_columns(agg, DEFAULT_GROUP)
-    names = [plots.series_label(k, cols) for k, _ in group_positions(agg, DEFAULT_GROUP)]
-    styles = plots.series_styles(names)
-    handles: dict[str, Any] = {}
-    panels = []
-    for ax, w in zip(axes, workloads):
-        sub = _rows_of(agg, w)
-        handles.update(plots.plot_pareto(ax, sub, styles=styles, recommendations=recs,
-                                         series=cols, legend=False, labels=False))
-        panels.append((ax, sub))
-    for ax in axes[len(workloads):]:
-        ax.set_visible(False)
-    fig.legend(handles=list(handles.values()), loc="outside lower center",
-               ncols=min(len(handles), 5), fontsize=9, frameon=False)
-    fig.suptitle("Energy vs time per iteration (lower left is better). Changes in the labels are "
-                 "against the default setting, or the highest clock where no default trial ran",
-                 fontsize=11)
-    fig.draw_without_rendering()
-    fig.set_layout_engine("none")  # freeze the layout, then place labels in display space
-    for ax, sub in panels:
-        plots.label_settings(ax, sub, recs, styles=styles, series=cols)
-    png, svg = out / "pareto.png", out / "pareto.svg"
-    fig.savefig(png, dpi=_DPI)
-    fig.savefig(svg)
-    return png, svg
-
-
-def _clocks_figure(df: pd.DataFrame, thr: pd.DataFrame, image_size: tuple[int, int],
-                   out: Path) -> Path:
-    from analysis import plots
-
-    workloads = _workloads(df)
-    fig = _figure(image_size)
-    axes = fig.subplots(len(workloads), 3, squeeze=False)
-    cols = plots.series_columns(df, DEFAULT_GROUP)
-    styles = plots.series_styles([plots.series_label(k, cols)
-                                  for k, _ in group_positions(df, DEFAULT_GROUP)])
-    for row, w in zip(axes, workloads):
-        sub = _rows_of(df, w)
-        t = _rows_of(thr, w) if len(thr) else thr
-        handles = plots.plot_clocks(row, sub, styles=styles, thresholds=t, series=cols,
-                                    legend=False)
-        row[2].legend(handles=list(handles.values()), fontsize=7, loc="center left",
-                      bbox_to_anchor=(1.02, 0.5), frameon=False)
-    fig.suptitle("Response to the SM clock limit (medians of usable repeats; dots: every repeat)",
-                 fontsize=12)
-    png = out / "clocks.png"
-    fig.savefig(png, dpi=_DPI)
-    return png
 
 
 # -- the report ----------------------------------------------------------------------------------
@@ -293,8 +125,8 @@ def write_report(
     files["recommendations.csv"] = export(recs, out / "recommendations.csv")
     if failed_any:
         files["thresholds.csv"] = export(thr, out / "thresholds.csv")
-    files["pareto.png"], files["pareto.svg"] = _pareto_figure(front, recs, (w, h), out)
-    files["clocks.png"] = _clocks_figure(df, thr, (w, h), out)
+    files["pareto.png"], files["pareto.svg"] = pareto_figure(front, recs, (w, h), out)
+    files["clocks.png"] = clocks_figure(df, thr, (w, h), out)
 
     doc = _build_doc(df, stores, front, recs, thr, failed_any, max_slowdown, files)
     (out / "report.md").write_text(doc.markdown(), encoding="utf-8")
@@ -303,10 +135,146 @@ def write_report(
     return files
 
 
+_READABLE = {
+    "time_per_iter_s": "time/iter (s)", "energy_per_iter_j": "energy/iter (J)",
+    "saving_pct": "energy saved (%)", "slowdown_pct": "slowdown (%)",
+    "saving_beyond_spread": "beyond spread", "n_repeats": "repeats",
+    "lowest_stable_mhz": "lowest stable (MHz)", "highest_failing_mhz": "highest failing (MHz)",
+    "non_monotone": "non-monotone", "iterations_at_stable": "clean iterations at stable",
+    "fault_rate_bound": "fault rate ≤ (95 %)", "failure_statuses": "failures",
+    "trials_used": "trials used", "excluded_invalid_trials": "invalid trials left out",
+    "n_settings": "settings", "median_ratio": "median ratio", "min_ratio": "min ratio",
+    "max_ratio": "max ratio", "n_beyond_spread": "beyond spread", "n_judged": "judged",
+    "p_chance": "p (chance)", "sm_clock_max_mhz": "SM clock (MHz)",
+    "power_limit_w": "power cap (W)", "invalid_reason": "invalid because",
+}
+
+
+def _fmt_pct(v: object) -> str:
+    """A percentage to one decimal (``""`` when missing; no ``-0.0``)."""
+    if is_missing(v):
+        return ""
+    x = round(float(v), 1)
+    return f"{0.0 if x == 0 else x:.1f}"
+
+
+def _signed_pct(v: float) -> str:
+    if abs(v) < 0.05:
+        return "±0 %"
+    return (f"{v:+.1f}" if abs(v) < 9.95 else f"{v:+.0f}").replace("-", "−") + " %"
+
+
+def _scaled(df: pd.DataFrame, column: str, unit: str) -> tuple[list[str], str]:
+    """A column in the SI prefix that suits it (as the figures do), and the prefixed unit."""
+    from analysis.plots import si_scale
+
+    values = pd.to_numeric(df[column], errors="coerce") if column in df else pd.Series(dtype=float)
+    factor, label = si_scale(values.to_numpy(dtype=float, na_value=np.nan), unit)
+    return [fmt_sig(v / factor) if not is_missing(v) else "" for v in values], label
+
+
+def _group_name(key: dict, multi_device: bool) -> str:
+    parts = [str(key.get("workload")), str(key.get("framework"))]
+    if multi_device and not is_missing(key.get("device_name")):
+        parts.append(str(key["device_name"]))
+    return " / ".join(parts)
+
+
+def _findings(recs: pd.DataFrame, thr: pd.DataFrame, max_slowdown: float) -> list[str]:
+    """One sentence per group: what to set, what it saves and costs, and where checks failed."""
+    multi = recs["device_name"].nunique(dropna=True) > 1 if "device_name" in recs else False
+    out = []
+    for key, pos in group_positions(recs, DEFAULT_GROUP):
+        sub = recs.iloc[pos]
+        by_obj = {o: r for o, r in zip(sub["objective"], (r for _, r in sub.iterrows()))
+                  if not is_missing(o)}
+        name = _group_name(key, multi)
+        if not by_obj:
+            out.append(f"{name}: {sub['note'].iat[0]}.")
+            continue
+        base = by_obj.get("baseline")
+        against = "the default setting" if base is not None and base.get("baseline") == "default" \
+            else f"the highest clock ({_setting_label(base)})" if base is not None else "nothing"
+        text = [name + ":"]
+
+        picks: dict[str, list[str]] = {}  # setting and its changes -> the objectives it wins
+        for obj, lead in (("min_energy", "least energy per iteration"), ("min_edp", "least EDP"),
+                          ("min_energy_within_slowdown",
+                           f"least energy within {100 * max_slowdown:g} % of the baseline's time")):
+            r = by_obj.get(obj)
+            if r is None or is_missing(r.get("saving_pct")):
+                continue
+            what = (f"{_setting_label(r)} ({_signed_pct(-float(r['saving_pct']))} energy, "
+                    f"{_signed_pct(float(r['slowdown_pct']))} time)")
+            picks.setdefault(what, []).append(lead)
+        parts = [f"{' and '.join(leads)} at {what}" for what, leads in picks.items()]
+        text.append("; ".join(parts) + f", against {against}." if parts else
+                    f"no saving to report against {against}.")
+        t = thr
+        if len(thr):
+            t = thr[(thr["workload"] == key.get("workload"))
+                    & (thr["framework"] == key.get("framework"))]
+        if "device_name" in t and not is_missing(key.get("device_name")):
+            t = t[t["device_name"] == key["device_name"]]
+        for _, r in t.iterrows():
+            hf, ls = r["highest_failing_mhz"], r["lowest_stable_mhz"]
+            if not is_missing(hf) and not is_missing(ls):
+                text.append(f"Checks failed at {fmt_sig(hf)} MHz and stayed clean from "
+                            f"{fmt_sig(ls)} MHz up.")
+            elif not is_missing(hf):
+                text.append(f"Checks failed up to {fmt_sig(hf)} MHz.")
+            elif not is_missing(r["lowest_passing_mhz"]):
+                text.append(f"No check failed down to {fmt_sig(r['lowest_passing_mhz'])} MHz.")
+            break
+        out.append(" ".join(text))
+    return out
+
+
+def _config_tables(df: pd.DataFrame, stores: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What varied across the trials' configs, and what every trial shared.
+
+    The store's ``sweep`` meta is written by the sweep's first job, so its ``config`` is that
+    job's; the trials' own configs tell the whole sweep. Other ``sweep`` meta items are listed
+    among the shared settings (``started_at`` as a date).
+    """
+    seen: dict[str, list[str]] = {}
+    n_rows = 0
+    for cfg in df["config"] if "config" in df else []:
+        if not isinstance(cfg, dict):
+            continue
+        n_rows += 1
+        for k, v in _flatten(cfg):
+            vals = seen.setdefault(k, [])
+            text = "default" if is_missing(v) and k.endswith(("_mhz", "_w")) else fmt_sig(v)
+            if text not in vals:
+                vals.append(text)
+    shared: list[tuple[str, str]] = []
+    for s in stores:
+        for k, v in _flatten(s["meta"].get("sweep") or {}):
+            if k.startswith("config.") and n_rows:
+                continue
+            if k.endswith("_at") and isinstance(v, (int, float)) and not is_missing(v):
+                v = _dt.datetime.fromtimestamp(float(v)).astimezone().strftime("%Y-%m-%d %H:%M %Z")
+            shared.append((k, fmt_sig(v)))
+    swept = [(k, v) for k, v in seen.items() if len(v) > 1]
+    shared += [(k, v[0]) for k, v in seen.items() if len(v) == 1 and v[0] != ""]
+
+    def clock_order(v: str) -> tuple:
+        try:
+            return (0, float(v))
+        except ValueError:
+            return (1, v)
+
+    swept_df = pd.DataFrame({"setting": [k for k, _ in swept],
+                             "values": [", ".join(sorted(v, key=clock_order)) for _, v in swept],
+                             "count": [str(len(v)) for _, v in swept]})
+    return swept_df, pd.DataFrame({"key": [k for k, _ in shared], "value": [v for _, v in shared]})
+
+
 def _build_doc(df: pd.DataFrame, stores: list[dict], front: pd.DataFrame, recs: pd.DataFrame,
                thr: pd.DataFrame, failed_any: bool, max_slowdown: float,
-               files: dict[str, Path]) -> _Doc:
-    doc = _Doc()
+               files: dict[str, Path]) -> Doc:
+    doc = Doc()
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     doc.h(1, "dvfs sweep report")
     n_ok = int((df["status"] == OK).sum())
@@ -314,30 +282,12 @@ def _build_doc(df: pd.DataFrame, stores: list[dict], front: pd.DataFrame, recs: 
           "is still running may have added trials since: run the report again to include them.")
     doc.items([f"{s['sweep_dir']}: {s['rows']} trials" for s in stores])
 
-    doc.h(2, "Sweep configuration")
-    any_cfg = False
-    for s in stores:
-        sweep = s["meta"].get("sweep")
-        if sweep:
-            any_cfg = True
-            flat = _flatten(sweep)
-            doc.p(f"{s['sweep_dir']}:")
-            doc.table(pd.DataFrame({"key": [k for k, _ in flat],
-                                    "value": [fmt_sig(v) for _, v in flat]}))
-    if not any_cfg:
-        doc.p("No sweep configuration stored (meta key 'sweep').")
-    counts = df.groupby(["workload", "framework"], dropna=False).size().reset_index(name="trials")
-    doc.table(_display(counts, ["workload", "framework", "trials"]))
-
-    doc.h(2, "Devices")
-    dev = []
-    for uuid, sub in df.groupby(df["device_uuid"].astype(str), dropna=False, sort=True):
-        first = sub.iloc[0]
-        dev.append({"device_uuid": uuid, "device_name": first["device_name"],
-                    "driver_version": first["driver_version"], "backend": first["backend"],
-                    "host": first["host"], "trials": len(sub)})
-    doc.table(_display(pd.DataFrame(dev), ["device_uuid", "device_name", "driver_version",
-                                           "backend", "host", "trials"]))
+    doc.h(2, "Summary")
+    doc.items(_findings(recs, thr, max_slowdown))
+    repeats = pd.to_numeric(recs.get("n_repeats", pd.Series(dtype=float)), errors="coerce")
+    if len(repeats.dropna()) and repeats.max() < 2:
+        doc.p("One repeat per setting: the spread of a measurement is unknown, so differences of "
+              "a few percent may be noise (set measure.repeats=3 or more to judge them).")
 
     doc.h(2, "Recommended settings")
     doc.p(f"Per group, against the baseline (the device's default setting, or the highest clock "
@@ -345,18 +295,27 @@ def _build_doc(df: pd.DataFrame, stores: list[dict], front: pd.DataFrame, recs: 
           f"(energy x time) and ED²P (energy x time²), and the least energy within "
           f"{100 * max_slowdown:g} % of the baseline's time. Medians over repeats; 'beyond spread' "
           "says whether the energy ranges of the setting and the baseline are disjoint.")
-    recs = recs.assign(setting=[_setting_label(r) for _, r in recs.iterrows()])
-    rec_cols = [*DEFAULT_GROUP, "objective", "setting", "time_per_iter_s", "energy_per_iter_j", "saving_pct", "slowdown_pct",
-                "saving_beyond_spread", "n_repeats", "baseline", "note"]
-    rec_table, common = _collapse_constant(_display(recs, rec_cols), DEFAULT_GROUP)
+    shown = recs.assign(setting=[_setting_label(r) for _, r in recs.iterrows()])
+    times, tunit = _scaled(shown, "time_per_iter_s", "s")
+    energies, eunit = _scaled(shown, "energy_per_iter_j", "J")
+    rec_cols = [*DEFAULT_GROUP, "objective", "setting", "time_per_iter_s", "energy_per_iter_j",
+                "saving_pct", "slowdown_pct", "saving_beyond_spread", "n_repeats", "baseline",
+                "note"]
+    rec_table = _display(shown, rec_cols)
+    for col, values in (("time_per_iter_s", times), ("energy_per_iter_j", energies)):
+        if col in rec_table:
+            rec_table[col] = values
+    for col in ("saving_pct", "slowdown_pct"):
+        if col in rec_table:
+            rec_table[col] = [_fmt_pct(v) for v in shown[col]]
+    rec_table, common = _collapse_constant(rec_table, DEFAULT_GROUP)
     if common:
         doc.p(common)
-    doc.table(rec_table.rename(columns={
-        "time_per_iter_s": "time/iter (s)", "energy_per_iter_j": "energy/iter (J)",
-        "saving_pct": "energy saved (%)", "slowdown_pct": "slowdown (%)",
-        "saving_beyond_spread": "beyond spread"}), limit=200)
+    doc.table(rec_table.rename(columns={**_READABLE, "time_per_iter_s": f"time/iter ({tunit})",
+                                        "energy_per_iter_j": f"energy/iter ({eunit})"}),
+              limit=200)
     doc.image(files["pareto.png"], "Energy vs time per iteration; the step line is each series' "
-                                   "Pareto front")
+                                   "Pareto front, small numbers are SM clock limits in MHz")
 
     doc.h(2, "Stability thresholds")
     if failed_any:
@@ -371,7 +330,7 @@ def _build_doc(df: pd.DataFrame, stores: list[dict], front: pd.DataFrame, recs: 
             "note"]), ["device_uuid", "device_name", "dtype", "precision"])
         if common:
             doc.p(common)
-        doc.table(thr_table, limit=200)
+        doc.table(thr_table.rename(columns=_READABLE), limit=200)
     else:
         low = thr["lowest_passing_mhz"].min() if len(thr) else float("nan")
         doc.p(f"No trial failed: no threshold was reached (lowest clock passing: {fmt_sig(low)} MHz).")
@@ -398,7 +357,7 @@ def _build_doc(df: pd.DataFrame, stores: list[dict], front: pd.DataFrame, recs: 
                 [c for c in DEFAULT_GROUP if c != on])
             if common:
                 doc.p(common)
-            doc.table(cmp_table)
+            doc.table(cmp_table.rename(columns=_READABLE))
 
     doc.h(2, "Failed and invalid trials")
     bad = df[(df["status"] != OK) | ~truthy(df["valid"])]
@@ -412,10 +371,33 @@ def _build_doc(df: pd.DataFrame, stores: list[dict], front: pd.DataFrame, recs: 
         shown = bad.assign(error=[(str(e)[:120] if not is_missing(e) else None) for e in bad["error"]])
         doc.table(_display(shown, ["workload", "framework", "device_name", "sm_clock_max_mhz",
                                    "power_limit_w", "repeat", "status", "valid", "invalid_reason",
-                                   "error", "trial_key"]))
+                                   "error", "trial_key"]).rename(columns=_READABLE))
         excluded = front[~front["front_excluded_reason"].isna()]
         doc.p(f"{len(excluded)} of {len(front)} settings were kept out of the Pareto fronts "
               "(front.csv says why for each).")
+
+    doc.h(2, "Sweep configuration")
+    swept, shared = _config_tables(df, stores)
+    counts = df.groupby(["workload", "framework"], dropna=False).size().reset_index(name="trials")
+    doc.table(_display(counts, ["workload", "framework", "trials"]))
+    if len(swept):
+        doc.p("Swept (the values the trials' configurations took):")
+        doc.table(swept, limit=200)
+    if len(shared):
+        doc.p("Shared by every trial:")
+        doc.table(shared, limit=200, folded=f"{len(shared)} settings shared by every trial")
+    if not len(swept) and not len(shared):
+        doc.p("No sweep configuration stored (meta key 'sweep', row key 'config').")
+
+    doc.h(2, "Devices")
+    dev = []
+    for uuid, sub in df.groupby(df["device_uuid"].astype(str), dropna=False, sort=True):
+        first = sub.iloc[0]
+        dev.append({"device_uuid": uuid, "device_name": first["device_name"],
+                    "driver_version": first["driver_version"], "backend": first["backend"],
+                    "host": first["host"], "trials": len(sub)})
+    doc.table(_display(pd.DataFrame(dev), ["device_uuid", "device_name", "driver_version",
+                                           "backend", "host", "trials"]))
 
     doc.h(2, "Library versions")
     doc.table(_versions(df, stores))
@@ -482,8 +464,16 @@ def _size(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT in pixels, got {text!r}") from None
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (as every other bad input of ``dvfs``)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"dvfs report: error: {message} (see dvfs report --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="dvfs report",
         description="Turn sweep directories into plots, tables and a report (Markdown and HTML).")
     p.add_argument("paths", nargs="+", metavar="DIR",
@@ -504,7 +494,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: The arguments after ``report`` (default ``sys.argv[1:]``).
 
     Returns:
-        0 on success; 2 on a usage error or a UserError (a one-line message on stderr).
+        0 on success; 2 on a usage error, a UserError (no store, an empty or unreadable store,
+        a newer schema) or an output directory that cannot be written (a one-line message on
+        stderr).
     """
     parser = _parser()
     try:
@@ -516,8 +508,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         files = write_report(args.paths, out, max_slowdown=args.max_slowdown, image_size=args.size)
     except UserError as e:
-        print(f"dvfs report: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"dvfs report: error: {' '.join(str(e).split())}", file=sys.stderr)
         return getattr(e, "exit_code", 2)
+    except OSError as e:  # --out names a file, or a directory we may not write to
+        where = e.filename or out
+        print(f"dvfs report: error: cannot write the report to {where}: {e.strerror or e}",
+              file=sys.stderr)
+        return 2
     print(f"report written to {out}")
     for name in ("report.html", "report.md", "pareto.png", "clocks.png"):
         print(f"  {files[name]}")

@@ -1,0 +1,119 @@
+"""The report's two figures, each one PNG (and the Pareto one also SVG) of a given pixel size.
+
+- :func:`pareto_figure`: energy vs time per iteration, one panel per workload, the Pareto front
+  of each series, the default and recommended settings labelled, each point's SM clock;
+- :func:`clocks_figure`: throughput, power and energy per unit of work against the SM clock, a
+  row per workload, the clock ranges where checks failed shaded.
+
+Figures are made with matplotlib's object API on an Agg canvas (no pyplot, no global state);
+matplotlib is imported only when a figure is drawn.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analysis._frame import DEFAULT_GROUP, group_positions, is_missing
+
+DPI = 100
+
+
+def _grid(n: int) -> tuple[int, int]:
+    if n <= 3:
+        return 1, n
+    cols = 2 if n == 4 else 3
+    return math.ceil(n / cols), cols
+
+
+def _workloads(df: pd.DataFrame) -> list[object]:
+    return list(dict.fromkeys(df["workload"].tolist()))
+
+
+def _rows_of(df: pd.DataFrame, workload: object) -> pd.DataFrame:
+    mask = np.array([(w == workload) or (is_missing(w) and is_missing(workload))
+                     for w in df["workload"]])
+    return df[mask]
+
+
+def _figure(image_size: tuple[int, int]) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    w, h = image_size
+    fig = Figure(figsize=(w / DPI, h / DPI), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def pareto_figure(agg: pd.DataFrame, recs: pd.DataFrame, image_size: tuple[int, int],
+                   out: Path) -> tuple[Path, Path]:
+    from analysis import plots
+
+    workloads = _workloads(agg)
+    fig = _figure(image_size)
+    nrows, ncols = _grid(len(workloads))
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+    cols = plots.series_columns(agg, DEFAULT_GROUP)
+    names = [plots.series_label(k, cols) for k, _ in group_positions(agg, DEFAULT_GROUP)]
+    styles = plots.series_styles(names)
+    handles: dict[str, Any] = {}
+    panels = []
+    for ax, w in zip(axes, workloads):
+        sub = _rows_of(agg, w)
+        handles.update(plots.plot_pareto(ax, sub, styles=styles, recommendations=recs,
+                                         series=cols, legend=False, labels=False))
+        panels.append((ax, sub))
+    for ax in axes[len(workloads):]:
+        ax.set_visible(False)
+    fig.legend(handles=list(handles.values()), loc="outside lower center",
+               ncols=min(len(handles), 5), fontsize=9, frameon=False)
+    fig.suptitle("Energy vs time per iteration, one point per setting (lower left is better). "
+                 "Small numbers: SM clock limit (MHz).\nChanges in the labels are against "
+                 + _baseline_words(recs), fontsize=11)
+    fig.draw_without_rendering()
+    fig.set_layout_engine("none")  # freeze the layout, then place labels in display space
+    for ax, sub in panels:
+        plots.label_settings(ax, sub, recs, styles=styles, series=cols)
+    png, svg = out / "pareto.png", out / "pareto.svg"
+    fig.savefig(png, dpi=DPI)
+    fig.savefig(svg)
+    return png, svg
+
+
+def _baseline_words(recs: pd.DataFrame) -> str:
+    """What the savings are measured against, in words, for every group of ``recs``."""
+    hows = {str(h) for h in recs.get("baseline", pd.Series(dtype=object)) if not is_missing(h)}
+    if hows == {"default"}:
+        return "the device's default setting (no clock locked)"
+    if hows and "default" not in hows:
+        return "the highest clock tested (no usable default-setting trial)"
+    return "the device's default setting, or the highest clock where no default trial was usable"
+
+
+def clocks_figure(df: pd.DataFrame, thr: pd.DataFrame, image_size: tuple[int, int],
+                   out: Path) -> Path:
+    from analysis import plots
+
+    workloads = _workloads(df)
+    fig = _figure(image_size)
+    axes = fig.subplots(len(workloads), 3, squeeze=False)
+    cols = plots.series_columns(df, DEFAULT_GROUP)
+    styles = plots.series_styles([plots.series_label(k, cols)
+                                  for k, _ in group_positions(df, DEFAULT_GROUP)])
+    for row, w in zip(axes, workloads):
+        sub = _rows_of(df, w)
+        t = _rows_of(thr, w) if len(thr) else thr
+        handles = plots.plot_clocks(row, sub, styles=styles, thresholds=t, series=cols,
+                                    legend=False)
+        row[2].legend(handles=list(handles.values()), fontsize=7, loc="center left",
+                      bbox_to_anchor=(1.02, 0.5), frameon=False)
+    fig.suptitle("Response to the SM clock limit (medians of usable repeats; dots: every repeat)",
+                 fontsize=12)
+    png = out / "clocks.png"
+    fig.savefig(png, dpi=DPI)
+    return png
