@@ -180,8 +180,12 @@ def nvmlDeviceGetHandleByUUID(uuid: str | bytes) -> SimHandle:
 
 def nvmlDeviceGetHandleByPciBusId(pciBusId: str | bytes) -> SimHandle:
     bus = (pciBusId.decode() if isinstance(pciBusId, bytes) else pciBusId).upper()
+    if bus.count(":") not in (1, 2) or "." not in bus:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     for g in _m().gpus:
-        if g.pci_bus_id.upper() == bus or g.pci_bus_id.upper().endswith(bus):
+        full = g.pci_bus_id.upper()
+        # NVML accepts "domain:bus:device.function" with a 4- or 8-digit domain, or "bus:device.function".
+        if bus in (full, full[4:], full[9:]):
             return SimHandle(g.index)
     raise NVMLError(NVML_ERROR_NOT_FOUND)
 
@@ -538,6 +542,8 @@ def simDeviceRecordKernelCall(handle: SimHandle, work: KernelWork) -> SimCallRes
 
 def simDeviceIdle(handle: SimHandle, seconds: float) -> None:
     """Let the GPU sit idle for ``seconds`` of virtual time (at idle power and idle clocks)."""
+    if not seconds >= 0:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)  # virtual time never runs backwards
     m, i = _gpu(handle)
     p = m.profiles[i]
 
