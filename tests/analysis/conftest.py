@@ -102,3 +102,15 @@ def synthetic_rows(
 def make_rows():
     """The synthetic sweep generator (see :func:`synthetic_rows`)."""
     return synthetic_rows
+
+
+@pytest.fixture(scope="session")
+def sim_sweep(tmp_path_factory):
+    """A real sweep on the simulated GPU and its reports (``report_support.run_sim_sweep``).
+
+    Session-scoped: the sweep runs once (about a minute on two cores) for every module that
+    reads its report.
+    """
+    from report_support import run_sim_sweep
+
+    return run_sim_sweep(tmp_path_factory.mktemp("sim-sweep"))
