@@ -106,8 +106,7 @@ class StabilitySweeper(Sweeper):
         from orchestrator.errors import UserError
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        common: List[str] = []
-        swept: List[List[str]] = []
+        by_key: Dict[str, Any] = {}  # key -> [k=v, ...] (a sweep) or "k=v"; a later override wins
         explicit = None
         for o in parser.parse_overrides(arguments):
             key = o.key_or_group
@@ -126,9 +125,11 @@ class StabilitySweeper(Sweeper):
             elif key == "device.gpus" and o.is_sweep_override():
                 raise UserError("device.gpus selects the GPUs searched (each on its own): give one list, e.g. device.gpus=[0,1]")
             elif o.is_sweep_override():
-                swept.append([f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()])
+                by_key[key] = [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()]
             else:
-                common.append(f"{o.get_key_element()}={o.get_value_element_as_str()}")
+                by_key[key] = f"{o.get_key_element()}={o.get_value_element_as_str()}"
+        common = [v for v in by_key.values() if isinstance(v, str)]
+        swept = [v for v in by_key.values() if isinstance(v, list)]
         return common, [list(g) for g in itertools.product(*swept)], explicit
 
     def _compose(self, overrides: List[str]) -> Any:

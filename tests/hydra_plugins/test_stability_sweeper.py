@@ -103,6 +103,20 @@ def test_an_offset_search_goes_upward_to_the_seeded_max_stable_offset(tmp_path):
     assert (float(r["stable_value"]), float(r["failing_value"])) == (truth, truth + 15)
 
 
+def test_a_power_search_goes_downward_to_the_cap_that_still_holds_the_planted_clock(tmp_path):
+    sweep_dir = tmp_path / "power"
+    out = dvfs(tmp_path, "sweep", "-m", "hydra/sweeper=stability", *QUICK, "hydra.sweeper.setting=device.power_limit_w",
+               "device.planted_thresholds={0:{gemm:1065}}", "hydra.sweeper.confirm_iterations=200",
+               f"hydra.sweep.dir={sweep_dir}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    (r,) = table(sweep_dir)
+    stable, failing = float(r["stable_value"]), float(r["failing_value"])
+    assert r["unit"] == "W" and stable - failing == 10  # the default 10 W grid
+    with ResultStore(sweep_dir, readonly=True) as store:
+        clock = {row["power_limit_w"]: row["observed_sm_clock_mhz"] for row in store.rows()}
+    assert clock[stable] >= 1065 > clock[failing]  # the cap sets the clock; the clock sets the faults
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
