@@ -11,6 +11,8 @@ Units are in the field names: ``*_mhz``, ``*_w``, ``*_s``.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -23,6 +25,9 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 BACKENDS = ("sim", "nvml")
 METERS = ("auto", "counter", "polling")
 OBJECTIVES = ("energy_per_work", "time_per_work", "edp", "ed2p")
+MAX_SIM_GPUS = 64  # as orchestrator.devices.sim.state.create_machine allows
+MAX_REFERENCE_SAMPLES = 64  # calls 1, 2, 4, ... 2**63: more than any window makes
+MAX_REPEATS = 10_000  # windows per setting (a failed trial still writes one row per repeat)
 
 
 @dataclass
@@ -121,25 +126,125 @@ def check_choice(what: str, value: Any, allowed: tuple[str, ...]) -> None:
         raise UserError(f"{what}={value!r} is not one of: {', '.join(allowed)}")
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    """``math.isfinite`` that takes any int (``math.isfinite(10**400)`` overflows)."""
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def _whole_mhz(value: Any, shown: Any) -> int:
+    if not _finite(value) or value != int(value):
+        raise UserError(f"device.sm_clock_mhz={shown} must be a whole number of MHz")
+    return int(value)
+
+
 def parse_sm_clock(value: Any) -> tuple[int, int] | None:
     """``device.sm_clock_mhz``: None, one value, or a [min, max] pair -> (min, max)."""
     if value is None:
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value != int(value):
-            raise UserError(f"device.sm_clock_mhz={value} must be a whole number of MHz")
-        return int(value), int(value)
-    try:
-        items = list(value)
-    except TypeError:
+    if _is_number(value):
+        return _whole_mhz(value, value), _whole_mhz(value, value)
+    if isinstance(value, (str, bytes, Mapping)):
         items = []
-    if len(items) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
-        return int(items[0]), int(items[1])
-    raise UserError(f"device.sm_clock_mhz={value!r} must be a clock in MHz or a [min, max] pair")
+    else:
+        try:
+            items = list(value)
+        except TypeError:
+            items = []
+    if len(items) == 2 and all(_is_number(v) for v in items):
+        shown = f"[{items[0]}, {items[1]}]"
+        return _whole_mhz(items[0], shown), _whole_mhz(items[1], shown)
+    raise UserError(f"device.sm_clock_mhz={_show(value)} must be a clock in MHz or a [min, max] pair")
+
+
+def _show(value: Any) -> str:
+    """A value for a one-line message: plain containers, newlines escaped, long ones cut."""
+    if hasattr(value, "_content"):  # an OmegaConf node
+        from omegaconf import OmegaConf
+
+        value = OmegaConf.to_container(value, resolve=False)
+    text = repr(value)  # escapes newlines
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_gpus(gpus: Any) -> None:
+    """``device.gpus``: None or a list of NVML indices (>= 0), UUIDs or PCI bus ids."""
+    if gpus is None:
+        return
+    if isinstance(gpus, (str, bytes, Mapping)) or not hasattr(gpus, "__iter__"):
+        raise UserError(f"device.gpus={_show(gpus)} must be a list, e.g. [0, 1] or [GPU-...]")
+    for g in gpus:
+        if isinstance(g, str) and g.strip():
+            continue
+        if isinstance(g, int) and not isinstance(g, bool) and g >= 0:
+            continue
+        raise UserError(
+            f"device.gpus={_show(gpus)}: {_show(g)} is neither an NVML index (0, 1, ...) nor a UUID "
+            f"or PCI bus id"
+        )
+
+
+def _check_planted(planted: Any) -> None:
+    """``device.planted_thresholds``: {gpu index or UUID: {kernel class or "*": MHz}}."""
+    if planted is None:
+        return
+    shape = 'must map a GPU index or UUID to {kernel class or "*": MHz}, e.g. {0: {gemm: 1065}}'
+    if not isinstance(planted, Mapping) and not hasattr(planted, "items"):
+        raise UserError(f"device.planted_thresholds={_show(planted)} {shape}")
+    for gpu, per_class in planted.items():
+        if not hasattr(per_class, "items"):
+            raise UserError(f"device.planted_thresholds={_show(planted)} {shape}")
+        for cls, mhz in per_class.items():
+            if not _is_number(mhz) or not _finite(mhz) or mhz != int(mhz) or mhz < 0:
+                raise UserError(
+                    f"device.planted_thresholds: GPU {gpu}, class {cls}: {_show(mhz)} is not a clock in MHz"
+                )
+
+
+def _resolve_all(cfg: Any) -> None:
+    """Resolve every interpolation once, so a bad ``${...}`` is a UserError here, not later."""
+    if not hasattr(cfg, "_get_node"):
+        return  # a DvfsConfig instance: nothing to resolve
+    from omegaconf import OmegaConf
+
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except Exception as e:  # noqa: BLE001 - converted or re-raised
+        err = hydra_user_error(e)
+        if err is None:
+            raise
+        raise err from e
+
+
+def _check_known_keys(cfg: Any) -> None:
+    """Refuse keys no schema has (Hydra's ``+key=value`` adds them even to a structured config)."""
+    import dataclasses
+
+    if not hasattr(cfg, "keys"):
+        return  # a DvfsConfig instance has only its own fields
+    groups = {"": DvfsConfig, "device": DeviceConfig, "workload": WorkloadConfig,
+              "framework": FrameworkConfig, "measure": MeasureConfig}
+    for group, schema in groups.items():
+        node = cfg.get(group) if group else cfg
+        if not hasattr(node, "keys"):
+            continue
+        known = [f.name for f in dataclasses.fields(schema)]
+        unknown = sorted(str(k) for k in node.keys() if k not in known)
+        if unknown:
+            where = f"{group}." if group else ""
+            raise UserError(
+                f"unknown setting {where}{unknown[0]} (a + override adds keys nothing reads); "
+                f"{group or 'the top level'} has: {', '.join(known)}"
+            )
 
 
 def validate_static(cfg: Any) -> None:
     """Checks that need no device: choices, signs, counts. Raises UserError with one line."""
+    _resolve_all(cfg)
+    _check_known_keys(cfg)
     d, m = cfg.device, cfg.measure
     check_choice("device.backend", d.backend, BACKENDS)
     check_choice("measure.meter", m.meter, METERS)
@@ -156,6 +261,8 @@ def validate_static(cfg: Any) -> None:
     for key, value in positive.items():
         if value is None or value <= 0:
             raise UserError(f"{key}={value} must be greater than 0")
+        if not _finite(value):
+            raise UserError(f"{key}={value} must be a finite number")
     non_negative = {
         "measure.warmup_iters": m.warmup_iters,
         "measure.settle_s": m.settle_s,
@@ -163,14 +270,29 @@ def validate_static(cfg: Any) -> None:
         "measure.min_counter_updates": m.min_counter_updates,
         "measure.clock_tolerance_mhz": m.clock_tolerance_mhz,
     }
+    non_negative["device.energy_update_period_s"] = d.energy_update_period_s
+    non_negative["seed"] = cfg.seed
     for key, value in non_negative.items():
-        if value is None or value < 0:
+        if value is None or not value >= 0:  # NaN fails too
             raise UserError(f"{key}={value} must be 0 or more")
+        if not _finite(value):
+            raise UserError(f"{key}={value} must be a finite number")
     if m.min_iters > m.max_iters:
         raise UserError(f"measure.min_iters={m.min_iters} is above measure.max_iters={m.max_iters}")
+    if m.repeats > MAX_REPEATS:
+        raise UserError(f"measure.repeats={m.repeats} must be at most {MAX_REPEATS}")
+    if m.reference_samples > MAX_REFERENCE_SAMPLES:
+        raise UserError(
+            f"measure.reference_samples={m.reference_samples} must be at most {MAX_REFERENCE_SAMPLES} "
+            f"(calls 1, 2, 4, ... are compared with the reference)"
+        )
+    if d.backend == "sim" and d.count > MAX_SIM_GPUS:
+        raise UserError(f"device.count={d.count}: a simulated machine has 1-{MAX_SIM_GPUS} GPUs")
     parse_sm_clock(d.sm_clock_mhz)
-    if d.power_limit_w is not None and d.power_limit_w <= 0:
-        raise UserError(f"device.power_limit_w={d.power_limit_w} must be greater than 0")
+    if d.power_limit_w is not None and not (d.power_limit_w > 0 and _finite(d.power_limit_w)):
+        raise UserError(f"device.power_limit_w={d.power_limit_w} must be a finite number greater than 0")
+    _check_gpus(d.gpus)
+    _check_planted(d.planted_thresholds)
 
 
 def one_line(message: str) -> str:
@@ -187,6 +309,10 @@ def hydra_user_error(e: BaseException) -> UserError | None:
 
     if isinstance(e, UserError):
         return e
+    if isinstance(e, (ValueError, TypeError, ArithmeticError)) and _raised_in(e, ("hydra", "omegaconf")):
+        # Hydra's defaults list raises plain ValueErrors about the input ("Config group override
+        # must be a string or a list"), not HydraExceptions.
+        return UserError(one_line(str(e)))
     if isinstance(e, (HydraException, OmegaConfBaseException)):
         cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
         text = one_line(str(e))
@@ -194,6 +320,24 @@ def hydra_user_error(e: BaseException) -> UserError | None:
             text = f"{text}: {one_line(str(cause))}"
         return UserError(text)
     return None
+
+
+def _raised_in(e: BaseException, packages: tuple[str, ...]) -> bool:
+    """True if the innermost frame of ``e``'s traceback is in one of these installed packages."""
+    import sys
+
+    tb = e.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = Path(tb.tb_frame.f_code.co_filename).resolve()
+    for name in packages:
+        module = sys.modules.get(name)
+        root = getattr(module, "__file__", None)
+        if root and Path(root).resolve().parent in filename.parents:
+            return True
+    return False
 
 
 def compose(overrides: list[str] | None = None, config_name: str = "config") -> Any:
