@@ -419,8 +419,9 @@ def _fail_rows(rows: list[dict[str, Any]], base: dict[str, Any], repeats: int, s
 
 
 def objective(rows: list[dict[str, Any]], name: str) -> float:
-    """What the Hydra task returns to a sweeper: lower is better; a failed check is infinity."""
-    ok = [r for r in rows if r.get("status") == "ok"]
+    """What the Hydra task returns to a sweeper: lower is better; a failed check, or a
+    measurement flagged invalid (the device did not run at the setting asked), is infinity."""
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("valid")]
     if len(ok) < len(rows) or not ok:
         return float("inf")
     e = float(np.median([r["energy_per_iter_j"] for r in ok]))

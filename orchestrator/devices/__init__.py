@@ -122,6 +122,7 @@ def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend:
         from orchestrator.devices.sim_device import SimBackend
 
         from orchestrator.devices.sim.profile import ProfileError
+        from orchestrator.devices.sim.state import MachineSpecError
 
         state = sim_state_dir(cfg)
         if not (join_existing and (state / "machine.json").exists()):
@@ -129,6 +130,8 @@ def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend:
                 create_machine(state, **_sim_spec(cfg))
             except ProfileError as e:
                 raise UserError(f"device.profile: {e}") from e
+            except MachineSpecError as e:
+                raise UserError(str(e)) from e
         os.environ[SIM_STATE_ENV] = str(state)
         return SimBackend(sim_nvml, "sim")
     raise UserError(f"device.backend={backend!r} is not one of: sim, nvml")
