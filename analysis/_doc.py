@@ -74,7 +74,8 @@ class Doc:
         Args:
             df: The table, cells already formatted as text.
             limit: The most rows shown.
-            folded: If given, the HTML shows the table folded under this summary line.
+            folded: If given, a line that leads the table: in the HTML the table is folded
+                under it (a click shows it), in the Markdown it is a paragraph before it.
         """
         shown = df.head(limit)
         self.blocks.append(("table", (shown, folded)))
@@ -96,6 +97,8 @@ class Doc:
             elif kind == "ul":
                 out.append("\n".join(f"- {i}" for i in v))
             elif kind == "table":
+                if v[1]:
+                    out.append(v[1] + ":")
                 out.append(md_table(v[0]))
             elif kind == "img":
                 out.append(f"![{v[1]}]({v[0].name})")

@@ -203,6 +203,9 @@ def plot_pareto(
     head = title if title is not None else _panel_title(agg)
     if missing:
         head += f"\n{missing} setting(s) not drawn: no measurement (crash/timeout)"
+    zoomed = _narrow_spans(x[drawable], y[drawable])
+    if zoomed:
+        head += f"\naxes zoomed in: {zoomed}"
     ax.set_title(head, fontsize=10)
     ax.xaxis.set_major_formatter(_plain_formatter())
     ax.yaxis.set_major_formatter(_plain_formatter())
@@ -211,6 +214,22 @@ def plot_pareto(
     if labels:
         label_settings(ax, agg, recommendations, by=by, styles=styles, series=scols)
     return handles
+
+
+def _narrow_spans(x: np.ndarray, y: np.ndarray, under: float = 0.10) -> str:
+    """Words for the axes whose values all lie within ``under`` of each other (an axis that
+    does not start at zero makes a 2 % difference look like a large one), e.g.
+    ``"times equal to 0.1 %, energies within 4.8 % of each other"``; "" when none."""
+    parts = []
+    for what, v in (("times", x), ("energies", y)):
+        v = v[np.isfinite(v)]
+        if len(v) >= 2 and np.min(v) > 0:
+            spread = (np.max(v) - np.min(v)) / np.min(v)
+            if spread < 0.001:
+                parts.append(f"{what} equal to 0.1 %")
+            elif spread < under:
+                parts.append(f"{what} within {100 * spread:.1f} % of each other")
+    return ", ".join(parts)
 
 
 def _plain_formatter() -> Any:

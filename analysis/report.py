@@ -384,8 +384,7 @@ def _build_doc(df: pd.DataFrame, stores: list[dict], front: pd.DataFrame, recs: 
         doc.p("Swept (the values the trials' configurations took):")
         doc.table(swept, limit=200)
     if len(shared):
-        doc.p("Shared by every trial:")
-        doc.table(shared, limit=200, folded=f"{len(shared)} settings shared by every trial")
+        doc.table(shared, limit=200, folded=f"Shared by every trial ({len(shared)} settings)")
     if not len(swept) and not len(shared):
         doc.p("No sweep configuration stored (meta key 'sweep', row key 'config').")
 
