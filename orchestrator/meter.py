@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from orchestrator.devices.base import ClockEventReason, Device
 
 COUNTER_MODULUS_MJ = 2**64
+COUNTER_WATCH_S = 0.005  # how often the background thread reads the energy counter (real GPUs)
 
 
 @dataclass
@@ -48,7 +49,7 @@ class Measurement:
     peak_power_w: float
     method: str  # "counter" or "polling"
     samples: list[Sample] = field(default_factory=list)
-    counter_updates: int | None = None  # distinct energy-counter values seen minus one
+    counter_updates: int | None = None  # times the energy counter changed during the window
 
     @property
     def mean_sm_clock_mhz(self) -> float | None:
@@ -88,6 +89,8 @@ class EnergyMeter:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._background = device.identity.backend == "nvml"
+        self._last_energy: int | None = None
+        self._updates = 0
 
     def _read(self) -> Sample:
         d = self.device
@@ -104,6 +107,8 @@ class EnergyMeter:
         """Take the first reading (the caller has synchronised the framework)."""
         first = self._read()
         self._samples = [first]
+        self._last_energy = first.energy_mj
+        self._updates = 0
         self._next_t = first.t_s + self.period_s
         if self._background:
             self._stop.clear()
@@ -111,9 +116,22 @@ class EnergyMeter:
             self._thread.start()
 
     def tick(self) -> None:
-        """Sample if the device's clock has passed the next sampling instant."""
+        """Watch the energy counter, and sample if the clock has passed the next sampling instant.
+
+        The counter is read on every tick (cheap) so that the count of its updates is exact
+        however slowly power is sampled; a sample of every sensor is taken at ``poll_hz``.
+        """
+        if self.method == "counter":
+            self._watch_counter()
         if self.device.now_s() >= self._next_t:
             self._take()
+
+    def _watch_counter(self) -> None:
+        value = self.device.energy_mj()
+        with self._lock:
+            if value != self._last_energy:
+                self._updates += 1
+                self._last_energy = value
 
     def _take(self) -> None:
         sample = self._read()
@@ -123,8 +141,12 @@ class EnergyMeter:
                 self._next_t += self.period_s
 
     def _poll(self) -> None:
-        while not self._stop.wait(max(0.0, self._next_t - self.device.now_s())):
-            self._take()
+        watch_s = COUNTER_WATCH_S if self.method == "counter" else float("inf")
+        while not self._stop.wait(min(watch_s, max(0.0, self._next_t - self.device.now_s()))):
+            if self.method == "counter":
+                self._watch_counter()
+            if self.device.now_s() >= self._next_t:
+                self._take()
 
     def stop(self) -> Measurement:
         """Take the last reading and compute the window's energy and power."""
@@ -132,6 +154,8 @@ class EnergyMeter:
             self._stop.set()
             self._thread.join()
             self._thread = None
+        if self.method == "counter":
+            self._watch_counter()
         self._take()
         samples = list(self._samples)
         t0, t1 = samples[0].t_s, samples[-1].t_s
@@ -141,8 +165,7 @@ class EnergyMeter:
             start, end = samples[0].energy_mj, samples[-1].energy_mj
             assert start is not None and end is not None
             energy_j = ((end - start) % COUNTER_MODULUS_MJ) / 1000.0
-            values = [s.energy_mj for s in samples]
-            updates = sum(1 for a, b in zip(values, values[1:]) if a != b)
+            updates = self._updates
         else:
             energy_j = sum(
                 b.power_mw / 1000.0 * (b.t_s - a.t_s) for a, b in zip(samples, samples[1:])

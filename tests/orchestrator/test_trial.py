@@ -53,7 +53,8 @@ def test_counter_energy_equals_model_power_times_time(run):
     assert row["meter"] == "counter"
     # A compute-bound kernel at a fixed clock draws constant model power: energy = P x t.
     assert row["energy_j"] == pytest.approx(row["peak_power_w"] * row["time_s"], rel=5e-3)
-    assert row["energy_counter_updates"] >= 10
+    # Every update of the 20 ms counter is counted, however slowly power is sampled (20 Hz).
+    assert abs(row["energy_counter_updates"] - row["time_s"] / 0.02) <= 2
 
 
 def test_polling_at_20_hz_is_within_3_percent_over_2_s(run):
