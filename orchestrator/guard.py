@@ -184,18 +184,28 @@ class Journal:
         _fsync_dir(self.directory)
 
     def read(self, uuid: str) -> dict[str, Any] | None:
+        """The entry of one GPU, None if it has none.
+
+        Raises:
+            UserError: the entry is not a journal entry (not UTF-8, not JSON, or not the shape
+                ``_journal_before`` writes); the file is left in place.
+        """
         path = self.entry_path(uuid)
         try:
-            text = path.read_text()
+            raw = path.read_bytes()
         except FileNotFoundError:
             return None
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as e:
+            entry = json.loads(raw.decode("utf-8"))
+            problem = _entry_problem(entry)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            problem = str(e)
+        if problem:
             raise UserError(
-                f"journal entry {path} is corrupt ({e}); it is left in place: check the device "
-                f"by hand, then remove the file"
-            ) from e
+                f"journal entry {path} is corrupt ({problem}); it is left in place: check the "
+                f"device by hand, then remove the file"
+            )
+        return entry
 
     def remove(self, uuid: str) -> None:
         self.entry_path(uuid).unlink(missing_ok=True)
@@ -214,6 +224,29 @@ class Journal:
             return True
         lock.release()
         return False
+
+
+_SETTINGS = ("clock_offset", "mem_clock", "power_limit", "sm_clock")  # what a guard may change
+
+
+def _entry_problem(entry: Any) -> str | None:
+    """What makes a decoded journal entry unusable for a restore (None: nothing)."""
+    if not isinstance(entry, dict):
+        return f"a {type(entry).__name__}, not an object"
+    changed = entry.get("changed", [])
+    if not isinstance(changed, list) or not all(isinstance(c, str) for c in changed):
+        return "'changed' is not a list of setting names"
+    unknown = sorted(set(changed) - set(_SETTINGS))
+    if unknown:
+        return f"unknown setting(s) {', '.join(unknown)}"
+    original = entry.get("original", {})
+    if not isinstance(original, dict):
+        return "'original' is not an object"
+    for key in ("power_limit_w", "clock_offset_mhz"):
+        value = original.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"original {key} is {value!r}, not a number"
+    return None
 
 
 def _fsync_dir(directory: Path) -> None:
