@@ -165,13 +165,14 @@ def task(cfg: Any) -> float:
         sweep_id = "/".join(store_dir.resolve().parts[-2:])
         ctx = open_context(cfg.device, sweep_id)
         ctx.guard.check(request)  # policy and device support, before any change
+        store = ResultStore(store_dir)  # a corrupt store is refused here, and left as it is
     except DvfsError as e:
         if isinstance(e, UserError):
             print(f"dvfs sweep: error: {e}", file=sys.stderr)
             close_session()
             sys.exit(2)
         raise
-    with ResultStore(store_dir) as store:
+    with store:
         if store.get_meta("sweep") is None:
             store.put_meta("sweep", {"store_dir": str(store_dir), "started_at": time.time(), "config": resolved})
         key = trial_key(resolved, ctx.device.identity.uuid)
