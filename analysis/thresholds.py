@@ -99,7 +99,9 @@ def thresholds(
     status = df["status"].tolist()
     valid = truthy(df["valid"])
     ok = np.array([s == OK for s in status])
-    failed = np.array([not is_missing(s) and s != OK for s in status])
+    # A device_error (lost GPU, overheated, ECC) says the device is unhealthy, not that the
+    # clock is unstable: it is reported with the device, never counted against the clock.
+    failed = np.array([not is_missing(s) and s not in (OK, "device_error") for s in status])
     out: list[dict] = []
     for key, pos in group_positions(df, by):
         has_clock = pos[np.isfinite(clocks[pos])]
