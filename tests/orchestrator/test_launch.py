@@ -1,0 +1,228 @@
+"""The ray_gpus launcher on a real local Ray instance: 4 logical GPUs over 4 simulated GPUs.
+
+One Ray instance and one simulated machine serve the whole module (Ray takes seconds to start);
+each test runs a real ``dvfs sweep -m`` in-process through Hydra, so the pool of workers is reused
+from test to test as it is from batch to batch of one sweep. Kernel seeds differ per test, so each
+test's kernels are new to every worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BASE = ["device.count=4", "workload.size=tiny", "measure=quick", "quiet=true"]
+
+
+@pytest.fixture(scope="module")
+def sim4(tmp_path_factory):
+    """A local Ray instance declaring 4 GPUs, over a 4-GPU simulated machine."""
+    import ray
+
+    from orchestrator.devices import open_backend
+    from orchestrator.worker import close_pool
+
+    state = tmp_path_factory.mktemp("launch") / "sim"
+    saved = os.environ.get("DVFS_SIM_STATE_DIR")
+    os.environ["DVFS_SIM_STATE_DIR"] = str(state)
+    open_backend({"backend": "sim", "count": 4}).close()  # the machine every sweep here runs on
+    ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        yield state
+    finally:
+        close_pool()
+        ray.shutdown()
+        if saved is None:
+            os.environ.pop("DVFS_SIM_STATE_DIR", None)
+        else:
+            os.environ["DVFS_SIM_STATE_DIR"] = saved
+
+
+def sweep(*overrides: str) -> int:
+    from orchestrator.app import run_sweep
+
+    return run_sweep(["-m", *BASE, *overrides])
+
+
+def stored(sweep_dir: Path) -> list[dict]:
+    from orchestrator.store import ResultStore
+
+    if not (sweep_dir / "trials.sqlite").exists():
+        return []
+    with ResultStore(sweep_dir, readonly=True) as store:
+        return store.rows()
+
+
+def uuids_in_pci_order(state: Path) -> list[str]:
+    gpus = json.loads((state / "machine.json").read_text())["gpus"]
+    return [g["uuid"] for g in sorted(gpus, key=lambda g: g["pci_bus_id"])]
+
+
+def sim_gpu(state: Path, index: int) -> dict:
+    return json.loads((state / f"gpu-{index}.json").read_text())
+
+
+def assert_no_overlap(rows: list[dict]) -> None:
+    by_gpu = defaultdict(list)
+    for r in rows:
+        if r["launch"].get("trial_started_at") is not None:
+            by_gpu[r["device_uuid"]].append((r["launch"]["trial_started_at"], r["launch"]["trial_ended_at"]))
+    for spans in by_gpu.values():
+        spans.sort()
+        for (_, end), (start, _) in zip(spans, spans[1:]):
+            assert start >= end, f"two trials overlapped on one GPU: {spans}"
+
+
+def test_a_grid_runs_each_job_once_on_the_gpu_its_worker_is_pinned_to(sim4, tmp_path, capsys):
+    d = tmp_path / "grid"
+    rc = sweep("workload=gemm,stencil", "framework=jax,tensorflow", "device.sm_clock_mhz=1065,1410",
+               "seed=11", f"hydra.sweep.dir={d}")
+    assert rc == 0
+    rows = stored(d)
+    grid = {(w, f, c) for w in ("gemm", "stencil") for f in ("jax", "tensorflow") for c in (1065, 1410)}
+    assert sorted((r["workload"], r["framework"], r["sm_clock_min_mhz"]) for r in rows) == sorted(grid)
+    assert len({r["trial_key"] for r in rows}) == len(rows) == 8
+    assert all(r["status"] == "ok" for r in rows), [(r["status"], r["error"]) for r in rows]
+    by_pci = uuids_in_pci_order(sim4)
+    for r in rows:  # Ray's logical GPU k is the k-th simulated GPU in PCI order
+        assert r["device_uuid"] == by_pci[int(r["launch"]["ray_gpu_id"])]
+    pid_gpu = defaultdict(set)
+    for r in rows:
+        pid_gpu[r["launch"]["worker_pid"]].add(r["device_uuid"])
+    assert all(len(g) == 1 for g in pid_gpu.values())  # one worker, one GPU
+    assert_no_overlap(rows)
+    # Each kernel is built once per worker: the counter grows exactly at a new (workload, framework).
+    for pid in pid_gpu:
+        mine = sorted((r for r in rows if r["launch"]["worker_pid"] == pid), key=lambda r: r["launch"]["trial_started_at"])
+        seen, before = set(), mine[0]["launch"]["builds"] - 1
+        for r in mine:
+            pair = (r["workload"], r["framework"])
+            assert r["launch"]["builds"] - before == (pair not in seen), (pid, pair)
+            seen.add(pair)
+            before = r["launch"]["builds"]
+    err = capsys.readouterr().err
+    assert f"ray_gpus: 8 trial(s) on 4 GPU(s)" in err
+    assert f"results in {d}; report: dvfs report {d}" in err.strip().splitlines()[-1]
+
+
+def test_placement_every_gives_one_row_per_job_per_gpu_and_a_rerun_resumes(sim4, tmp_path, capsys):
+    d = tmp_path / "every"
+    args = ("hydra.launcher.placement=every", "device.sm_clock_mhz=1065,1410", "seed=12", f"hydra.sweep.dir={d}")
+    assert sweep(*args) == 0
+    rows = stored(d)
+    uuids = set(uuids_in_pci_order(sim4))
+    pairs = sorted((r["sm_clock_min_mhz"], r["device_uuid"]) for r in rows)
+    assert pairs == sorted((c, u) for c in (1065, 1410) for u in uuids)
+    assert_no_overlap(rows)
+    capsys.readouterr()
+    assert sweep(*args) == 0  # the same sweep again: everything is stored already
+    assert len(stored(d)) == 8
+    assert "8 trial(s) already in the store, skipped (resume)" in capsys.readouterr().err
+
+
+def test_one_bad_value_anywhere_refuses_the_whole_sweep_before_anything_runs(sim4, tmp_path, capsys):
+    d = tmp_path / "bad"
+    assert sweep("device.sm_clock_mhz=1065,1066,1410", f"hydra.sweep.dir={d}") == 2
+    err = capsys.readouterr().err
+    assert "SM clock 1066 MHz is not supported" in err and "nothing was run" in err
+    assert stored(d) == []
+    assert sweep("measure.repeats=1,0", f"hydra.sweep.dir={d}") == 2  # refused on the driver
+    assert "job #1 (measure.repeats=0" in capsys.readouterr().err
+    assert sweep("framework=jax,jx", f"hydra.sweep.dir={d}") == 2  # refused as it is composed
+    assert "Could not find 'framework/jx'" in capsys.readouterr().err
+    assert stored(d) == []
+
+
+def test_a_worker_killed_mid_trial_is_a_crash_and_its_gpu_is_restored(sim4, tmp_path, capsys):
+    d = tmp_path / "kill"
+    rc = sweep("hydra.launcher.placement=every", "device.sm_clock_mhz=1065,1140", "device.power_limit_w=250",
+               "device.inject={exit_process:true,at_call:2,gpu:1}", "seed=13", f"hydra.sweep.dir={d}")
+    assert rc == 0
+    rows = stored(d)
+    assert len(rows) == 8
+    gpu1 = uuids_in_pci_order(sim4)[1]
+    crashed = [r for r in rows if r["status"] != "ok"]
+    assert [(r["status"], r["device_uuid"]) for r in crashed] == [("crash", gpu1)]
+    assert "worker process died" in crashed[0]["error"]
+    assert len({r["launch"]["worker_pid"] for r in rows if r["device_uuid"] == gpu1}) == 2  # replaced
+    err = capsys.readouterr().err
+    assert "restored" in err and "left changed by a killed worker" in err  # by the new worker
+    state = sim_gpu(sim4, 1)
+    assert state["locked_sm_mhz"] is None and state["power_limit_w"] == 400
+    assert not list((sim4 / "journal").glob("*.json"))
+
+
+def test_a_hung_kernel_is_a_timeout_and_the_sweep_completes(sim4, tmp_path):
+    d = tmp_path / "hang"
+    t0 = time.monotonic()
+    rc = sweep("hydra.launcher.placement=every", "hydra.launcher.timeout_s=8", "device.sm_clock_mhz=1065",
+               "device.inject={hang_s:300,gpu:2}", "seed=14", f"hydra.sweep.dir={d}")
+    assert rc == 0
+    assert time.monotonic() - t0 < 60
+    rows = stored(d)
+    gpu2 = uuids_in_pci_order(sim4)[2]
+    assert sorted(r["status"] for r in rows) == ["ok", "ok", "ok", "timeout"]
+    (timed_out,) = [r for r in rows if r["status"] == "timeout"]
+    assert timed_out["device_uuid"] == gpu2 and "8 s" in timed_out["error"]
+    assert sim_gpu(sim4, 2)["locked_sm_mhz"] is None  # the new worker restored it as it started
+    assert not list((sim4 / "journal").glob("*.json"))
+
+
+def test_a_kernel_that_raised_is_a_failed_trial_and_the_worker_goes_on(sim4, tmp_path):
+    d = tmp_path / "raise"
+    rc = sweep("hydra.launcher.placement=[" + uuids_in_pci_order(sim4)[0] + "]", "device.sm_clock_mhz=1065,1140,1215",
+               "device.inject={raise_error:boom}", "seed=15", f"hydra.sweep.dir={d}")
+    assert rc == 0
+    rows = stored(d)
+    assert sorted(r["status"] for r in rows) == ["crash", "ok", "ok"]
+    assert "injected fault: boom" in next(r["error"] for r in rows if r["status"] == "crash")
+    assert len({r["launch"]["worker_pid"] for r in rows}) == 1  # the same worker ran all three
+
+
+def test_a_second_sweep_waits_for_a_gpu_another_process_holds(sim4, tmp_path):
+    from filelock import FileLock
+
+    from orchestrator.worker import close_pool
+
+    close_pool()  # this module's workers hold every lease between tests
+    gpu3 = uuids_in_pci_order(sim4)[3]
+    lease = FileLock(str(sim4 / "journal" / f"{gpu3}.lease"), thread_local=False)  # released by the timer
+    lease.acquire(timeout=30)
+    released = {}
+
+    def release() -> None:
+        released["at"] = time.time()
+        lease.release()
+
+    timer = threading.Timer(4.0, release)
+    timer.start()
+    d = tmp_path / "lease"
+    try:
+        rc = sweep("hydra.launcher.placement=every", "device.sm_clock_mhz=1065", "seed=16", f"hydra.sweep.dir={d}")
+    finally:
+        timer.join()
+    assert rc == 0
+    rows = stored(d)
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
+    waited = [r for r in rows if r["device_uuid"] == gpu3]
+    assert waited[0]["launch"]["trial_started_at"] >= released["at"]
+    assert all(r["launch"]["trial_started_at"] < released["at"] for r in rows if r["device_uuid"] != gpu3)
+
+
+def test_optunas_sweeper_drives_the_launcher_with_each_jobs_objective(sim4, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    d = tmp_path / "optuna"
+    rc = sweep("hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
+               "device.sm_clock_mhz=choice(1065,1215,1410)", "seed=17", f"hydra.sweep.dir={d}")
+    assert rc == 0
+    results = (d / "optimization_results.yaml").read_text()
+    assert "best_value" in results and "inf" not in results.split("best_value:")[1].split()[0]
+    assert 1 <= len(stored(d)) <= 4
