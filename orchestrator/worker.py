@@ -392,10 +392,11 @@ class GpuPool:
                 num_gpus=int(self.device.get("count") or 1) if sim else None,  # one per simulated GPU
                 include_dashboard=False,
                 dashboard_host="127.0.0.1",
+                _node_ip_address="127.0.0.1",  # GCS, raylet and object store on loopback only
                 **quiet,
             )
         else:
-            ray.init(address=self.settings.address, **quiet)
+            join_ray(self.settings.address, **quiet)
         self.started_ray = True
 
     def _worker_env(self) -> dict[str, str]:
@@ -576,6 +577,28 @@ class GpuPool:
                     kill(actor)
         self.slots.clear()
         self.inflight.clear()
+
+
+def join_ray(address: str, **init_kwargs: Any) -> None:
+    """Connect this process to a running Ray cluster (``auto``, ``host:port`` or ``ray://...``).
+
+    A cluster started by ``ray start`` uses token authentication (Ray 2.60); ``ray.init`` turns
+    it on for ``address="auto"`` when it finds the token (``~/.ray/auth_token``,
+    ``RAY_AUTH_TOKEN_PATH`` or ``RAY_AUTH_TOKEN``) but not for an explicit address, which then
+    fails with ``InvalidAuthToken``: turn it on the same way for every address.
+    """
+    import ray
+
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # another Ray version: nothing to do
+        pass
+    else:
+        if not address.startswith("ray://"):
+            maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    ray.init(address=address, **init_kwargs)
 
 
 def kill(actor: Any) -> None:
