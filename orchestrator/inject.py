@@ -77,10 +77,14 @@ def validate(spec: Any, backend: str) -> dict[str, Any] | None:
         )
     unknown = sorted(set(spec) - set(KEYS))
     if unknown:
-        raise UserError(f"device.inject: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
+        raise UserError(
+            f"device.inject: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}"
+        )
     actions = [a for a in ACTIONS if spec.get(a) not in (None, False)]
     if len(actions) != 1:
-        raise UserError(f"device.inject needs exactly one of {', '.join(ACTIONS)}; got {actions or 'none'}")
+        raise UserError(
+            f"device.inject needs exactly one of {', '.join(ACTIONS)}; got {actions or 'none'}"
+        )
     at_call = spec.get("at_call", 1)
     if not isinstance(at_call, int) or at_call < 1:
         raise UserError(f"device.inject.at_call={at_call!r} must be a call number from 1")

@@ -54,7 +54,16 @@ from typing import Any
 
 from orchestrator.errors import UserError
 from orchestrator.progress import Progress
-from orchestrator.worker import SETTING_KEYS, GpuPool, Slot, close_pool, first_line, get_pool, kill, machine_key
+from orchestrator.worker import (
+    SETTING_KEYS,
+    GpuPool,
+    Slot,
+    close_pool,
+    first_line,
+    get_pool,
+    kill,
+    machine_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,19 +96,27 @@ class LaunchSettings:
         from omegaconf import DictConfig, ListConfig, OmegaConf
 
         d = OmegaConf.to_container(m, resolve=True) if isinstance(m, DictConfig) else dict(m)
-        d = {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, (DictConfig, ListConfig)) else v for k, v in d.items()}
+        d = {
+            k: OmegaConf.to_container(v, resolve=True)
+            if isinstance(v, (DictConfig, ListConfig))
+            else v
+            for k, v in d.items()
+        }
         d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         placement = d.get("placement", "any")
         if isinstance(placement, (list, tuple)):
             uuids = tuple(str(u) for u in placement)
             if not uuids or not all(u.startswith(("GPU-", "MIG-")) for u in uuids):
                 raise UserError(
-                    f"hydra.launcher.placement={list(placement)} must be any, every or a list of GPU "
+                    f"hydra.launcher.placement={list(placement)} must be any, every or a list of "
+                    f"GPU "
                     f"UUIDs (GPU-...; `dvfs devices` lists them)"
                 )
             d["placement"] = uuids
         elif placement not in PLACEMENTS:
-            raise UserError(f"hydra.launcher.placement={placement!r} is not one of: any, every, [GPU UUIDs]")
+            raise UserError(
+                f"hydra.launcher.placement={placement!r} is not one of: any, every, [GPU UUIDs]"
+            )
         if d.get("address") in ("", "local", "none", "null"):
             d["address"] = None
         for key in ("timeout_s", "start_timeout_s", "lease_wait_s"):
@@ -139,7 +156,9 @@ class Job:
         return self.resolved["device"]
 
 
-def prepare_jobs(configs: list[tuple[int, tuple[str, ...], Any, str]], settings: LaunchSettings) -> list[Job]:
+def prepare_jobs(
+    configs: list[tuple[int, tuple[str, ...], Any, str]], settings: LaunchSettings
+) -> list[Job]:
     """Validate every job of a batch on the driver; one bad job refuses them all.
 
     Args:
@@ -163,9 +182,23 @@ def prepare_jobs(configs: list[tuple[int, tuple[str, ...], Any, str]], settings:
             errors.append(f"job #{num} ({what}): {e}")
             continue
         store_dir = Path(resolved.get("store_dir") or sweep_dir)
-        label = f"{cfg.workload.name}/{cfg.framework.name} {cfg.workload.dtype} [{request.describe()}]"
+        label = (
+            f"{cfg.workload.name}/{cfg.framework.name} {cfg.workload.dtype} [{request.describe()}]"
+        )
         timeout_s = float(settings.timeout_s or cfg.measure.timeout_s)
-        jobs.append(Job(num, tuple(overrides), cfg, resolved, store_dir, sweep_id_for(store_dir), timeout_s, label, what))
+        jobs.append(
+            Job(
+                num,
+                tuple(overrides),
+                cfg,
+                resolved,
+                store_dir,
+                sweep_id_for(store_dir),
+                timeout_s,
+                label,
+                what,
+            )
+        )
     if errors:
         more = f" (and {len(errors) - 1} more refused job(s))" if len(errors) > 1 else ""
         raise UserError(f"{errors[0]}{more}; nothing was run")
@@ -193,7 +226,11 @@ def sweep_id_for(store_dir: Path) -> str:
 
 def _differing_device_keys(jobs: list[Job]) -> list[str]:
     keys = sorted({k for j in jobs for k in j.device if k not in SETTING_KEYS})
-    return [f"device.{k}" for k in keys if len({json.dumps(j.device.get(k), default=str) for j in jobs}) > 1]
+    return [
+        f"device.{k}"
+        for k in keys
+        if len({json.dumps(j.device.get(k), default=str) for j in jobs}) > 1
+    ]
 
 
 # --- rows the driver writes itself ------------------------------------------------------------
@@ -263,7 +300,10 @@ class Supervisor:
         finally:
             for store in self.stores.values():
                 store.close()
-        return [max((v for (n, _), v in self.results.items() if n == j.num), default=math.inf) for j in self.jobs]
+        return [
+            max((v for (n, _), v in self.results.items() if n == j.num), default=math.inf)
+            for j in self.jobs
+        ]
 
     def _finished(self) -> bool:
         # A worker being replaced restores its GPU as it starts: wait for that too.
@@ -303,7 +343,9 @@ class Supervisor:
             else:
                 self.pending.append(job)
         if self.progress.skipped:
-            self.progress.note(f"ray_gpus: {self.progress.skipped} trial(s) already in the store, skipped (resume)")
+            self.progress.note(
+                f"ray_gpus: {self.progress.skipped} trial(s) already in the store, skipped (resume)"
+            )
 
     def _store(self, job: Job) -> Any:
         from orchestrator.store import ResultStore
@@ -312,7 +354,14 @@ class Supervisor:
         if store is None:
             store = self.stores[job.store_dir] = ResultStore(job.store_dir)
             if store.get_meta("sweep") is None:
-                store.put_meta("sweep", {"store_dir": str(job.store_dir), "started_at": time.time(), "config": job.resolved})
+                store.put_meta(
+                    "sweep",
+                    {
+                        "store_dir": str(job.store_dir),
+                        "started_at": time.time(),
+                        "config": job.resolved,
+                    },
+                )
             placement = self.settings.placement
             store.put_meta(
                 "launcher",
@@ -320,19 +369,26 @@ class Supervisor:
                     "name": "ray_gpus",
                     "address": self.settings.address,
                     "placement": list(placement) if isinstance(placement, tuple) else placement,
-                    "gpus": [{"uuid": s.uuid, "host": s.info["host"], "node_id": s.node_id} for s in self.pool.slots],
+                    "gpus": [
+                        {"uuid": s.uuid, "host": s.info["host"], "node_id": s.node_id}
+                        for s in self.pool.slots
+                    ],
                 },
             )
         return store
 
     # --- sending work --------------------------------------------------------------------------
-    def _call(self, slot: Slot, kind: str, ref: Any, state: str, deadline: float = math.inf) -> None:
+    def _call(
+        self, slot: Slot, kind: str, ref: Any, state: str, deadline: float = math.inf
+    ) -> None:
         self.pool.inflight[ref] = (slot, kind)
         slot.ref, slot.state, slot.deadline, slot.since = ref, state, deadline, time.monotonic()
         self._show(slot)
 
     def _acquire(self, slot: Slot) -> None:
-        self._call(slot, "acquire", slot.actor.acquire.remote(self.settings.lease_wait_s), "acquiring")
+        self._call(
+            slot, "acquire", slot.actor.acquire.remote(self.settings.lease_wait_s), "acquiring"
+        )
 
     def _dispatch(self) -> None:
         for slot in self.pool.slots:
@@ -373,7 +429,9 @@ class Supervisor:
                 self._retire(slot, value["error"])
                 return
             for action in value["restored"]:
-                self.progress.note(f"ray_gpus: {slot.label}: {action} (left changed by a killed worker)")
+                self.progress.note(
+                    f"ray_gpus: {slot.label}: {action} (left changed by a killed worker)"
+                )
             self._call(slot, "warm", slot.actor.warm.remote(self.frameworks), "warming")
         else:  # warm
             slot.state = "idle"
@@ -388,18 +446,30 @@ class Supervisor:
             result = ray.get(ref)
         except ray.exceptions.RayTaskError as e:  # our code raised in the worker, which lives on
             slot.state = "idle"
-            self._record(slot, job, failure_rows(job, slot.info, "crash", f"the worker raised: {first_line(e)}"), {})
+            self._record(
+                slot,
+                job,
+                failure_rows(job, slot.info, "crash", f"the worker raised: {first_line(e)}"),
+                {},
+            )
         except ray.exceptions.RayError as e:  # the process is gone: ActorDiedError and the like
-            error = f"the worker process died (pid {slot.info['pid']} on {slot.info['host']}): {first_line(e)}"
-            self._record(slot, job, failure_rows(job, slot.info, "crash", error), {"died_at": time.time()})
+            where = f"pid {slot.info['pid']} on {slot.info['host']}"
+            error = f"the worker process died ({where}): {first_line(e)}"
+            self._record(
+                slot, job, failure_rows(job, slot.info, "crash", error), {"died_at": time.time()}
+            )
             self._replace(slot, "its worker died during a trial")
         else:
             slot.state, slot.builds, slot.deaths_in_a_row = "idle", result["builds"], 0
-            extra = {k: result[k] for k in ("trial_started_at", "trial_ended_at", "trial_s", "builds")}
+            extra = {
+                k: result[k] for k in ("trial_started_at", "trial_ended_at", "trial_s", "builds")
+            }
             self._record(slot, job, result["rows"], extra)
         self._show(slot)
 
-    def _record(self, slot: Slot, job: Job, rows: list[dict[str, Any]], extra: dict[str, Any]) -> None:
+    def _record(
+        self, slot: Slot, job: Job, rows: list[dict[str, Any]], extra: dict[str, Any]
+    ) -> None:
         """Write a trial's rows to the store now, count the trial, print its summary."""
         from orchestrator.app import summarise
         from orchestrator.trial import objective
@@ -435,11 +505,21 @@ class Supervisor:
             if slot.state == "busy":
                 job, slot.job = slot.job, None
                 kill(slot.actor)
-                error = f"no result after {job.timeout_s:g} s (timeout_s): the worker was killed and replaced"
-                self._record(slot, job, failure_rows(job, slot.info, "timeout", error), {"killed_at": time.time()})
+                error = (
+                    f"no result after {job.timeout_s:g} s (timeout_s): "
+                    "the worker was killed and replaced"
+                )
+                self._record(
+                    slot,
+                    job,
+                    failure_rows(job, slot.info, "timeout", error),
+                    {"killed_at": time.time()},
+                )
                 self._replace(slot, "a trial timed out")
             else:
-                self._replace(slot, f"a new worker did not start within {self.settings.start_timeout_s:g} s")
+                self._replace(
+                    slot, f"a new worker did not start within {self.settings.start_timeout_s:g} s"
+                )
 
     # --- replacing and retiring ----------------------------------------------------------------
     def _replace(self, slot: Slot, why: str) -> None:
@@ -448,7 +528,11 @@ class Supervisor:
         slot.deaths_in_a_row += 1
         limit = self.settings.max_restarts
         if 0 <= limit < slot.deaths_in_a_row:
-            self._retire(slot, f"{why}; its workers died {slot.deaths_in_a_row} times in a row (max_restarts={limit})")
+            self._retire(
+                slot,
+                f"{why}; its workers died {slot.deaths_in_a_row} times in a row "
+                f"(max_restarts={limit})",
+            )
             return
         self.progress.note(f"ray_gpus: {slot.label} ({slot.uuid}): {why}; starting a new worker")
         slot.restarts += 1
@@ -472,7 +556,9 @@ class Supervisor:
             kill(actor)
         slot.parked.clear()
         for action in info["restored"]:
-            self.progress.note(f"ray_gpus: {slot.label}: {action} (left changed by a killed worker)")
+            self.progress.note(
+                f"ray_gpus: {slot.label}: {action} (left changed by a killed worker)"
+            )
         info["multi_node"] = slot.info.get("multi_node")
         slot.info = info
         self._acquire(slot)
@@ -500,14 +586,21 @@ class Supervisor:
         reasons = "; ".join(sorted({s.retired_reason or "retired" for s in self.pool.slots}))
         while self.pending:
             job = self.pending.popleft()
-            self._record(slot, job, failure_rows(job, slot.info, "device_error", f"not run: no GPU left ({reasons})"), {})
+            self._record(
+                slot,
+                job,
+                failure_rows(job, slot.info, "device_error", f"not run: no GPU left ({reasons})"),
+                {},
+            )
 
     # --- showing -------------------------------------------------------------------------------
     def _show(self, slot: Slot) -> None:
         if slot.state == "busy" and slot.job is not None:
             cfg = slot.job.cfg
             clock = cfg.device.sm_clock_mhz
-            activity = f"{cfg.workload.name}/{cfg.framework.name}" + (f"@{clock}" if clock is not None else "")
+            activity = f"{cfg.workload.name}/{cfg.framework.name}" + (
+                f"@{clock}" if clock is not None else ""
+            )
         else:
             activity = {
                 "identified": "starting",
@@ -525,7 +618,11 @@ class Supervisor:
 
 # --- Hydra ------------------------------------------------------------------------------------
 def launch_batch(
-    config: Any, hydra_context: Any, settings: LaunchSettings, job_overrides: Any, initial_job_idx: int
+    config: Any,
+    hydra_context: Any,
+    settings: LaunchSettings,
+    job_overrides: Any,
+    initial_job_idx: int,
 ) -> list[Any]:
     """What ``RayGpusLauncher.launch`` does: validate, run, and return a ``JobReturn`` per job.
 
@@ -568,7 +665,7 @@ def launch_batch(
     jobs = prepare_jobs([(n, o, t, str(s.hydra.sweep.dir)) for n, o, t, s in configs], settings)
     objectives = run_jobs(jobs, settings)
     returns = []
-    for (num, overrides, task_cfg, sweep_config), value in zip(configs, objectives):
+    for (_, overrides, task_cfg, sweep_config), value in zip(configs, objectives, strict=True):
         ret = JobReturn(
             overrides=list(overrides),
             cfg=task_cfg,
@@ -582,7 +679,9 @@ def launch_batch(
     return returns
 
 
-def run_jobs(jobs: list[Job], settings: LaunchSettings, *, progress: Progress | None = None) -> list[float]:
+def run_jobs(
+    jobs: list[Job], settings: LaunchSettings, *, progress: Progress | None = None
+) -> list[float]:
     """Run validated jobs on the pool of this machine; returns each job's objective.
 
     Raises:
@@ -606,7 +705,8 @@ def run_jobs(jobs: list[Job], settings: LaunchSettings, *, progress: Progress | 
     counts = ", ".join(f"{n} {status}" for status, n in sorted(progress.by_status.items()))
     skipped = f", {progress.skipped} already stored" if progress.skipped else ""
     progress.finish(
-        f"ray_gpus: {progress.done} trial(s) on {len(live)} GPU(s) in {time.monotonic() - t0:.1f} s "
+        f"ray_gpus: {progress.done} trial(s) on {len(live)} GPU(s) "
+        f"in {time.monotonic() - t0:.1f} s "
         f"({counts or 'none run'}{skipped}); results in {dirs}; report: dvfs report {dirs}"
     )
     return objectives

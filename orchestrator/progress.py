@@ -102,7 +102,8 @@ class Progress:
         width = len(str(self.total))
         lanes = "  ".join(f"{gpu}: {act}" for gpu, act in self.lanes.items())
         return (
-            f"[{self.done:>{width}}/{self.total}] {self.done - self.failed} ok, {self.failed} failed, "
+            f"[{self.done:>{width}}/{self.total}] "
+            f"{self.done - self.failed} ok, {self.failed} failed, "
             f"{self.left} left | {lanes} | ETA {format_duration(self.eta_s())}"
         )
 
@@ -116,7 +117,7 @@ class Progress:
             return
         self._last_draw = now
         if self.tty:
-            self.stream.write("\r\x1b[2K" + self.line()[: 400])
+            self.stream.write("\r\x1b[2K" + self.line()[:400])
             self._drawn = True
         else:
             self.stream.write(self.line() + "\n")

@@ -97,7 +97,9 @@ def node_device_cfg(device_cfg: Any) -> Any:
     """The job's ``device`` config as this node sees it (its own simulated machine)."""
     from omegaconf import DictConfig, OmegaConf
 
-    cfg = OmegaConf.create(device_cfg if isinstance(device_cfg, dict) else OmegaConf.to_container(device_cfg))
+    cfg = OmegaConf.create(
+        device_cfg if isinstance(device_cfg, dict) else OmegaConf.to_container(device_cfg)
+    )
     assert isinstance(cfg, DictConfig)
     if cfg.get("backend") == "sim" and os.environ.get(SIM_STATE_ENV):
         cfg.state_dir = os.environ[SIM_STATE_ENV]
@@ -148,7 +150,9 @@ class GpuWorker:
         restored = self._restore_dead_owner()
         select_error = None
         try:
-            selected = any(d.identity.uuid == self.uuid for d in select_devices(self._backend, self._cfg.gpus))
+            selected = any(
+                d.identity.uuid == self.uuid for d in select_devices(self._backend, self._cfg.gpus)
+            )
         except DvfsError as e:
             selected, select_error = False, str(e)
         node_id = None
@@ -168,7 +172,9 @@ class GpuWorker:
             "pid": os.getpid(),
             "selected": selected,
             "select_error": select_error,
-            "sim_state_dir": os.environ.get(SIM_STATE_ENV) if self._cfg.get("backend") == "sim" else None,
+            "sim_state_dir": os.environ.get(SIM_STATE_ENV)
+            if self._cfg.get("backend") == "sim"
+            else None,
             "restored": restored,
         }
 
@@ -195,7 +201,9 @@ class GpuWorker:
             key = (d.get("policy_file"), bool(d.get("observe_only")))
             try:
                 if key not in guards:  # not entered: no lease, no journal entry, no change
-                    guards[key] = SettingsGuard(self._device, journal, load_policy(key[0], name), observe_only=key[1])
+                    guards[key] = SettingsGuard(
+                        self._device, journal, load_policy(key[0], name), observe_only=key[1]
+                    )
                 guards[key].check(settings_request(_Attrs(d)))
                 errors.append(None)
             except UserError as e:
@@ -219,7 +227,9 @@ class GpuWorker:
         # The process's GPU session is this worker's backend, which joined the node's machine
         # (``open_context`` would otherwise open the job's machine spec, not the node's).
         if app._session is None:
-            app._session = app.GpuSession(machine_key=app._machine_key(self._cfg), backend=self._backend)
+            app._session = app.GpuSession(
+                machine_key=app._machine_key(self._cfg), backend=self._backend
+            )
         t0 = time.monotonic()
         restored = self._restore_dead_owner()
         delay_s = 0.05
@@ -231,7 +241,10 @@ class GpuWorker:
                 restored += self._restore_dead_owner()
             except DeviceBusyError as e:
                 if lease_wait_s is not None and time.monotonic() - t0 >= lease_wait_s:
-                    return {"ok": False, "error": f"{e} (waited {lease_wait_s:g} s: hydra.launcher.lease_wait_s)"}
+                    return {
+                        "ok": False,
+                        "error": f"{e} (waited {lease_wait_s:g} s: hydra.launcher.lease_wait_s)",
+                    }
                 time.sleep(delay_s)
                 delay_s = min(delay_s * 1.5, 1.0)
         return {"ok": True, "waited_s": time.monotonic() - t0, "restored": restored}
@@ -272,7 +285,12 @@ class GpuWorker:
         ctx = self._ctx
         ctx.sweep_id = sweep_id
         cfg = OmegaConf.create(resolved)
-        inject.arm(resolved["device"].get("inject"), ctx.device, sweep_id=sweep_id, workload=cfg.workload.name)
+        inject.arm(
+            resolved["device"].get("inject"),
+            ctx.device,
+            sweep_id=sweep_id,
+            workload=cfg.workload.name,
+        )
         started_at = time.time()
         t0 = time.perf_counter()
         try:
@@ -326,7 +344,9 @@ SETTING_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_
 
 def machine_key(device: dict[str, Any]) -> str:
     """The part of a resolved ``device`` config that names the machine (not a trial's settings)."""
-    return json.dumps({k: v for k, v in device.items() if k not in SETTING_KEYS}, sort_keys=True, default=str)
+    return json.dumps(
+        {k: v for k, v in device.items() if k not in SETTING_KEYS}, sort_keys=True, default=str
+    )
 
 
 @dataclass
@@ -373,7 +393,9 @@ class GpuPool:
         self.device = device
         self.key = settings.pool_key() + machine_key(device)
         self.slots: list[Slot] = []
-        self.inflight: dict[Any, tuple[Slot, str]] = {}  # object ref -> (slot, call), across batches
+        self.inflight: dict[
+            Any, tuple[Slot, str]
+        ] = {}  # object ref -> (slot, call), across batches
         self.started_ray = False
         self._actor_cls: Any = None
         self._node_gpus: dict[str | None, int] = {}
@@ -389,7 +411,9 @@ class GpuPool:
             sim = self.device.get("backend") == "sim"
             ray.init(
                 address="local",
-                num_gpus=int(self.device.get("count") or 1) if sim else None,  # one per simulated GPU
+                num_gpus=int(self.device.get("count") or 1)
+                if sim
+                else None,  # one per simulated GPU
                 include_dashboard=False,
                 dashboard_host="127.0.0.1",
                 _node_ip_address="127.0.0.1",  # GCS, raylet and object store on loopback only
@@ -400,7 +424,7 @@ class GpuPool:
         self.started_ray = True
 
     def _worker_env(self) -> dict[str, str]:
-        """Every worker's environment; on one machine, also where the driver's sim and journal are."""
+        """Every worker's environment (on one machine also: where the sim and journal are)."""
         from orchestrator.devices import JOURNAL_ENV, sim_state_dir
 
         env = dict(WORKER_ENV)
@@ -428,7 +452,9 @@ class GpuPool:
         if node_id is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                node_id=node_id, soft=False
+            )
         return self._actor_cls.options(**options).remote(self.device)
 
     def node_gpus(self, node_id: str | None) -> int:
@@ -455,13 +481,16 @@ class GpuPool:
         total = int(ray.cluster_resources().get("GPU", 0))
         if total <= 0:
             raise UserError(
-                f"the Ray cluster at {self.settings.address} declares no GPUs: start its nodes with "
+                f"the Ray cluster at {self.settings.address} declares no GPUs: start its nodes "
+                f"with "
                 f"`ray start --num-gpus=N`"
             )
         note(f"ray_gpus: starting {total} worker(s), one per GPU")
         actors = [self.spawn() for _ in range(total)]
         refs = {a.identify.remote(): a for a in actors}
-        ready, not_ready = ray.wait(list(refs), num_returns=len(refs), timeout=self.settings.start_timeout_s)
+        ready, not_ready = ray.wait(
+            list(refs), num_returns=len(refs), timeout=self.settings.start_timeout_s
+        )
         infos: list[tuple[dict[str, Any], Any]] = []
         errors: list[str] = []
         for ref in ready:
@@ -473,9 +502,14 @@ class GpuPool:
         for ref in not_ready:
             kill(refs[ref])
         if not_ready:
-            note(f"ray_gpus: {len(not_ready)} GPU(s) were not free within {self.settings.start_timeout_s:g} s")
+            note(
+                f"ray_gpus: {len(not_ready)} GPU(s) were not free within "
+                f"{self.settings.start_timeout_s:g} s"
+            )
         if not infos:
-            raise UserError(f"no worker could start on a GPU: {errors[0] if errors else 'none became free'}")
+            raise UserError(
+                f"no worker could start on a GPU: {errors[0] if errors else 'none became free'}"
+            )
         for info, _ in infos:
             for action in info["restored"]:
                 note(f"ray_gpus: {action} (left changed by a killed process)")
@@ -490,7 +524,9 @@ class GpuPool:
                 self.slots.append(Slot(uuid=info["uuid"], info=info, actor=actor, since=now))
             else:
                 kill(actor)
-        self.slots.sort(key=lambda s: (s.info["host"], s.node_id or "", s.info["identity"]["index"]))
+        self.slots.sort(
+            key=lambda s: (s.info["host"], s.node_id or "", s.info["identity"]["index"])
+        )
 
     def _create_local_sim(self) -> None:
         """On one machine, create (or check) the simulated machine once, as ``dvfs sweep`` does."""
@@ -508,8 +544,9 @@ class GpuPool:
             other = seen.setdefault(info["uuid"], info)
             if other is not info:
                 raise UserError(
-                    f"two workers see GPU {info['uuid']} (hosts {other['host']} and {info['host']}, "
-                    f"sim state {other.get('sim_state_dir')} and {info.get('sim_state_dir')}): on a "
+                    f"two workers see GPU {info['uuid']} (hosts {other['host']} and "
+                    f"{info['host']}, sim state {other.get('sim_state_dir')} and "
+                    f"{info.get('sim_state_dir')}): on a "
                     f"simulated cluster give each node its own DVFS_SIM_STATE_DIR and device.seed"
                 )
 
@@ -523,12 +560,20 @@ class GpuPool:
                     f"hydra.launcher.placement names GPU(s) no worker found: {', '.join(missing)}; "
                     f"found: {', '.join(found)}"
                 )
-        chosen = {i["uuid"] for i in infos if i["selected"] and (not isinstance(placement, tuple) or i["uuid"] in placement)}
+        chosen = {
+            i["uuid"]
+            for i in infos
+            if i["selected"] and (not isinstance(placement, tuple) or i["uuid"] in placement)
+        }
         if not chosen:
             reasons = sorted({i["select_error"] for i in infos if i.get("select_error")})
             raise UserError(
                 f"no GPU is selected by device.gpus={self.device.get('gpus')}"
-                + (f": {reasons[0]}" if reasons else f" and placement={placement}; found: {', '.join(found)}")
+                + (
+                    f": {reasons[0]}"
+                    if reasons
+                    else f" and placement={placement}; found: {', '.join(found)}"
+                )
             )
         return chosen
 
@@ -559,8 +604,7 @@ class GpuPool:
             if hit is not None:
                 slot, err = hit
                 raise UserError(
-                    f"job #{j.num} ({j.what}) on {slot.label} "
-                    f"({slot.uuid}): {err}; nothing was run"
+                    f"job #{j.num} ({j.what}) on {slot.label} ({slot.uuid}): {err}; nothing was run"
                 )
 
     def close(self) -> None:

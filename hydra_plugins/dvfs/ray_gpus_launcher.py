@@ -24,19 +24,27 @@ class RayGpusLauncherConf:
     """``hydra.launcher`` for ``ray_gpus`` (see ``docs/cluster.md``)."""
 
     _target_: str = "hydra_plugins.dvfs.ray_gpus_launcher.RayGpusLauncher"
-    address: Optional[str] = None  # null: start a local Ray; "auto", "host:port" or "ray://...": join
-    placement: Any = "any"  # any: next free GPU; every: each job on every GPU; [GPU-...]: these GPUs
+    address: Optional[str] = (
+        None  # null: start a local Ray; "auto", "host:port" or "ray://...": join
+    )
+    placement: Any = (
+        "any"  # any: next free GPU; every: each job on every GPU; [GPU-...]: these GPUs
+    )
     timeout_s: Optional[float] = None  # per-trial limit (then `timeout`); null: measure.timeout_s
     max_restarts: int = 5  # worker deaths in a row before its GPU is retired; -1: never
     start_timeout_s: float = 120.0  # a worker that has not started by then is given up
-    lease_wait_s: Optional[float] = None  # wait for a GPU another sweep holds; null: as long as it takes
+    lease_wait_s: Optional[float] = (
+        None  # wait for a GPU another sweep holds; null: as long as it takes
+    )
     num_cpus: float = 0.0  # CPUs each worker reserves (keep 0 unless Ray must spread CPU load)
     resources: Dict[str, float] = field(default_factory=dict)  # custom Ray resources per worker
     log_to_driver: bool = False  # show the workers' stdout/stderr here
     progress: bool = True  # the live progress line on stderr
 
 
-ConfigStore.instance().store(group="hydra/launcher", name="ray_gpus", node=RayGpusLauncherConf, provider="dvfs")
+ConfigStore.instance().store(
+    group="hydra/launcher", name="ray_gpus", node=RayGpusLauncherConf, provider="dvfs"
+)
 
 
 class RayGpusLauncher(Launcher):
@@ -57,4 +65,6 @@ class RayGpusLauncher(Launcher):
         from orchestrator.launch import LaunchSettings, launch_batch
 
         settings = LaunchSettings.from_mapping(self.params)
-        return launch_batch(self.config, self.hydra_context, settings, job_overrides, initial_job_idx)
+        return launch_batch(
+            self.config, self.hydra_context, settings, job_overrides, initial_job_idx
+        )

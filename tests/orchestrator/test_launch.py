@@ -74,7 +74,9 @@ def assert_no_overlap(rows: list[dict]) -> None:
     by_gpu = defaultdict(list)
     for r in rows:
         if r["launch"].get("trial_started_at") is not None:
-            by_gpu[r["device_uuid"]].append((r["launch"]["trial_started_at"], r["launch"]["trial_ended_at"]))
+            by_gpu[r["device_uuid"]].append(
+                (r["launch"]["trial_started_at"], r["launch"]["trial_ended_at"])
+            )
     for spans in by_gpu.values():
         spans.sort()
         for (_, end), (start, _) in zip(spans, spans[1:]):
@@ -83,12 +85,21 @@ def assert_no_overlap(rows: list[dict]) -> None:
 
 def test_a_grid_runs_each_job_once_on_the_gpu_its_worker_is_pinned_to(sim4, tmp_path, capsys):
     d = tmp_path / "grid"
-    rc = sweep("workload=gemm,stencil", "framework=jax,tensorflow", "device.sm_clock_mhz=1065,1410",
-               "seed=11", f"hydra.sweep.dir={d}")
+    rc = sweep(
+        "workload=gemm,stencil",
+        "framework=jax,tensorflow",
+        "device.sm_clock_mhz=1065,1410",
+        "seed=11",
+        f"hydra.sweep.dir={d}",
+    )
     assert rc == 0
     rows = stored(d)
-    grid = {(w, f, c) for w in ("gemm", "stencil") for f in ("jax", "tensorflow") for c in (1065, 1410)}
-    assert sorted((r["workload"], r["framework"], r["sm_clock_min_mhz"]) for r in rows) == sorted(grid)
+    grid = {
+        (w, f, c) for w in ("gemm", "stencil") for f in ("jax", "tensorflow") for c in (1065, 1410)
+    }
+    assert sorted((r["workload"], r["framework"], r["sm_clock_min_mhz"]) for r in rows) == sorted(
+        grid
+    )
     assert len({r["trial_key"] for r in rows}) == len(rows) == 8
     assert all(r["status"] == "ok" for r in rows), [(r["status"], r["error"]) for r in rows]
     by_pci = uuids_in_pci_order(sim4)
@@ -99,9 +110,13 @@ def test_a_grid_runs_each_job_once_on_the_gpu_its_worker_is_pinned_to(sim4, tmp_
         pid_gpu[r["launch"]["worker_pid"]].add(r["device_uuid"])
     assert all(len(g) == 1 for g in pid_gpu.values())  # one worker, one GPU
     assert_no_overlap(rows)
-    # Each kernel is built once per worker: the counter grows exactly at a new (workload, framework).
+    # Each kernel is built once per worker: the counter grows exactly at a new
+    # (workload, framework).
     for pid in pid_gpu:
-        mine = sorted((r for r in rows if r["launch"]["worker_pid"] == pid), key=lambda r: r["launch"]["trial_started_at"])
+        mine = sorted(
+            (r for r in rows if r["launch"]["worker_pid"] == pid),
+            key=lambda r: r["launch"]["trial_started_at"],
+        )
         seen, before = set(), mine[0]["launch"]["builds"] - 1
         for r in mine:
             pair = (r["workload"], r["framework"])
@@ -109,13 +124,18 @@ def test_a_grid_runs_each_job_once_on_the_gpu_its_worker_is_pinned_to(sim4, tmp_
             seen.add(pair)
             before = r["launch"]["builds"]
     err = capsys.readouterr().err
-    assert f"ray_gpus: 8 trial(s) on 4 GPU(s)" in err
+    assert "ray_gpus: 8 trial(s) on 4 GPU(s)" in err
     assert f"results in {d}; report: dvfs report {d}" in err.strip().splitlines()[-1]
 
 
 def test_placement_every_gives_one_row_per_job_per_gpu_and_a_rerun_resumes(sim4, tmp_path, capsys):
     d = tmp_path / "every"
-    args = ("hydra.launcher.placement=every", "device.sm_clock_mhz=1065,1410", "seed=12", f"hydra.sweep.dir={d}")
+    args = (
+        "hydra.launcher.placement=every",
+        "device.sm_clock_mhz=1065,1410",
+        "seed=12",
+        f"hydra.sweep.dir={d}",
+    )
     assert sweep(*args) == 0
     rows = stored(d)
     uuids = set(uuids_in_pci_order(sim4))
@@ -128,7 +148,9 @@ def test_placement_every_gives_one_row_per_job_per_gpu_and_a_rerun_resumes(sim4,
     assert "8 trial(s) already in the store, skipped (resume)" in capsys.readouterr().err
 
 
-def test_one_bad_value_anywhere_refuses_the_whole_sweep_before_anything_runs(sim4, tmp_path, capsys):
+def test_one_bad_value_anywhere_refuses_the_whole_sweep_before_anything_runs(
+    sim4, tmp_path, capsys
+):
     d = tmp_path / "bad"
     assert sweep("device.sm_clock_mhz=1065,1066,1410", f"hydra.sweep.dir={d}") == 2
     err = capsys.readouterr().err
@@ -143,8 +165,14 @@ def test_one_bad_value_anywhere_refuses_the_whole_sweep_before_anything_runs(sim
 
 def test_a_worker_killed_mid_trial_is_a_crash_and_its_gpu_is_restored(sim4, tmp_path, capsys):
     d = tmp_path / "kill"
-    rc = sweep("hydra.launcher.placement=every", "device.sm_clock_mhz=1065,1140", "device.power_limit_w=250",
-               "device.inject={exit_process:true,at_call:2,gpu:1}", "seed=13", f"hydra.sweep.dir={d}")
+    rc = sweep(
+        "hydra.launcher.placement=every",
+        "device.sm_clock_mhz=1065,1140",
+        "device.power_limit_w=250",
+        "device.inject={exit_process:true,at_call:2,gpu:1}",
+        "seed=13",
+        f"hydra.sweep.dir={d}",
+    )
     assert rc == 0
     rows = stored(d)
     assert len(rows) == 8
@@ -152,7 +180,9 @@ def test_a_worker_killed_mid_trial_is_a_crash_and_its_gpu_is_restored(sim4, tmp_
     crashed = [r for r in rows if r["status"] != "ok"]
     assert [(r["status"], r["device_uuid"]) for r in crashed] == [("crash", gpu1)]
     assert "worker process died" in crashed[0]["error"]
-    assert len({r["launch"]["worker_pid"] for r in rows if r["device_uuid"] == gpu1}) == 2  # replaced
+    assert (
+        len({r["launch"]["worker_pid"] for r in rows if r["device_uuid"] == gpu1}) == 2
+    )  # replaced
     err = capsys.readouterr().err
     assert "restored" in err and "left changed by a killed worker" in err  # by the new worker
     state = sim_gpu(sim4, 1)
@@ -163,8 +193,14 @@ def test_a_worker_killed_mid_trial_is_a_crash_and_its_gpu_is_restored(sim4, tmp_
 def test_a_hung_kernel_is_a_timeout_and_the_sweep_completes(sim4, tmp_path):
     d = tmp_path / "hang"
     t0 = time.monotonic()
-    rc = sweep("hydra.launcher.placement=every", "hydra.launcher.timeout_s=8", "device.sm_clock_mhz=1065",
-               "device.inject={hang_s:300,gpu:2}", "seed=14", f"hydra.sweep.dir={d}")
+    rc = sweep(
+        "hydra.launcher.placement=every",
+        "hydra.launcher.timeout_s=8",
+        "device.sm_clock_mhz=1065",
+        "device.inject={hang_s:300,gpu:2}",
+        "seed=14",
+        f"hydra.sweep.dir={d}",
+    )
     assert rc == 0
     assert time.monotonic() - t0 < 60
     rows = stored(d)
@@ -178,8 +214,13 @@ def test_a_hung_kernel_is_a_timeout_and_the_sweep_completes(sim4, tmp_path):
 
 def test_a_kernel_that_raised_is_a_failed_trial_and_the_worker_goes_on(sim4, tmp_path):
     d = tmp_path / "raise"
-    rc = sweep("hydra.launcher.placement=[" + uuids_in_pci_order(sim4)[0] + "]", "device.sm_clock_mhz=1065,1140,1215",
-               "device.inject={raise_error:boom}", "seed=15", f"hydra.sweep.dir={d}")
+    rc = sweep(
+        "hydra.launcher.placement=[" + uuids_in_pci_order(sim4)[0] + "]",
+        "device.sm_clock_mhz=1065,1140,1215",
+        "device.inject={raise_error:boom}",
+        "seed=15",
+        f"hydra.sweep.dir={d}",
+    )
     assert rc == 0
     rows = stored(d)
     assert sorted(r["status"] for r in rows) == ["crash", "ok", "ok"]
@@ -194,7 +235,9 @@ def test_a_second_sweep_waits_for_a_gpu_another_process_holds(sim4, tmp_path):
 
     close_pool()  # this module's workers hold every lease between tests
     gpu3 = uuids_in_pci_order(sim4)[3]
-    lease = FileLock(str(sim4 / "journal" / f"{gpu3}.lease"), thread_local=False)  # released by the timer
+    lease = FileLock(
+        str(sim4 / "journal" / f"{gpu3}.lease"), thread_local=False
+    )  # released by the timer
     lease.acquire(timeout=30)
     released = {}
 
@@ -206,7 +249,12 @@ def test_a_second_sweep_waits_for_a_gpu_another_process_holds(sim4, tmp_path):
     timer.start()
     d = tmp_path / "lease"
     try:
-        rc = sweep("hydra.launcher.placement=every", "device.sm_clock_mhz=1065", "seed=16", f"hydra.sweep.dir={d}")
+        rc = sweep(
+            "hydra.launcher.placement=every",
+            "device.sm_clock_mhz=1065",
+            "seed=16",
+            f"hydra.sweep.dir={d}",
+        )
     finally:
         timer.join()
     assert rc == 0
@@ -214,14 +262,22 @@ def test_a_second_sweep_waits_for_a_gpu_another_process_holds(sim4, tmp_path):
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
     waited = [r for r in rows if r["device_uuid"] == gpu3]
     assert waited[0]["launch"]["trial_started_at"] >= released["at"]
-    assert all(r["launch"]["trial_started_at"] < released["at"] for r in rows if r["device_uuid"] != gpu3)
+    assert all(
+        r["launch"]["trial_started_at"] < released["at"] for r in rows if r["device_uuid"] != gpu3
+    )
 
 
 def test_optunas_sweeper_drives_the_launcher_with_each_jobs_objective(sim4, tmp_path):
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     d = tmp_path / "optuna"
-    rc = sweep("hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
-               "device.sm_clock_mhz=choice(1065,1215,1410)", "seed=17", f"hydra.sweep.dir={d}")
+    rc = sweep(
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.n_jobs=2",
+        "device.sm_clock_mhz=choice(1065,1215,1410)",
+        "seed=17",
+        f"hydra.sweep.dir={d}",
+    )
     assert rc == 0
     results = (d / "optimization_results.yaml").read_text()
     assert "best_value" in results and "inf" not in results.split("best_value:")[1].split()[0]

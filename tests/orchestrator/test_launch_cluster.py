@@ -33,16 +33,22 @@ def free_port() -> int:
 def make_sim(state: Path, seed: int) -> list[str]:
     from orchestrator.devices import open_backend
 
-    with open_backend({"backend": "sim", "count": 2, "seed": seed, "state_dir": str(state)}) as backend:
+    with open_backend(
+        {"backend": "sim", "count": 2, "seed": seed, "state_dir": str(state)}
+    ) as backend:
         return [d.identity.uuid for d in backend.devices()]
 
 
 def start_node(args: list[str], state: Path, log: Path) -> subprocess.Popen:
-    # RAY_AUTH_MODE=token: `ray start --address=...` (Ray 2.60) does not turn token auth on by itself.
+    # RAY_AUTH_MODE=token: `ray start --address=...` (Ray 2.60) does not turn token auth on
+    # by itself.
     env = dict(os.environ, DVFS_SIM_STATE_DIR=str(state), RAY_AUTH_MODE="token")
     return subprocess.Popen(
         [RAY, "start", "--block", "--num-gpus=2", "--num-cpus=1", *args],
-        env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
 
 
@@ -76,7 +82,11 @@ def cluster(tmp_path_factory):
     procs = [start_node(head, head_sim, root / "head.log")]
     try:
         time.sleep(3)
-        procs.append(start_node([f"--address={address}", "--node-ip-address=127.0.0.1"], node_sim, root / "node.log"))
+        procs.append(
+            start_node(
+                [f"--address={address}", "--node-ip-address=127.0.0.1"], node_sim, root / "node.log"
+            )
+        )
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -87,7 +97,10 @@ def cluster(tmp_path_factory):
             except Exception:  # noqa: BLE001 - the head is still starting
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError("the two-node cluster did not come up: " + (root / "head.log").read_text()[-2000:])
+                raise RuntimeError(
+                    "the two-node cluster did not come up: "
+                    + (root / "head.log").read_text()[-2000:]
+                )
             time.sleep(1)
         yield address, uuids
     finally:
@@ -100,15 +113,27 @@ def cluster(tmp_path_factory):
             stop_node(proc)
 
 
-def test_a_sweep_joining_a_two_node_cluster_runs_on_both_nodes_and_stores_every_row(cluster, tmp_path, capsys):
+def test_a_sweep_joining_a_two_node_cluster_runs_on_both_nodes_and_stores_every_row(
+    cluster, tmp_path, capsys
+):
     from orchestrator.app import run_sweep
     from orchestrator.store import ResultStore
 
     address, uuids = cluster
     d = tmp_path / "sweep"
-    rc = run_sweep(["-m", f"hydra.launcher.address={address}", "device.count=2", "workload.size=tiny",
-                    "measure=quick", "quiet=true", "device.sm_clock_mhz=1065,1140,1215,1290,1365,1410",
-                    "workload=gemm,stencil", f"hydra.sweep.dir={d}"])
+    rc = run_sweep(
+        [
+            "-m",
+            f"hydra.launcher.address={address}",
+            "device.count=2",
+            "workload.size=tiny",
+            "measure=quick",
+            "quiet=true",
+            "device.sm_clock_mhz=1065,1140,1215,1290,1365,1410",
+            "workload=gemm,stencil",
+            f"hydra.sweep.dir={d}",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
     with ResultStore(d, readonly=True) as store:
         rows = store.rows()
@@ -120,6 +145,8 @@ def test_a_sweep_joining_a_two_node_cluster_runs_on_both_nodes_and_stores_every_
     assert len(nodes) == 2
     for r in rows:  # a GPU's rows all come from one node
         side = "head" if r["device_uuid"] in uuids["head"] else "node"
-        assert {x["launch"]["node_id"] for x in rows if x["device_uuid"] in uuids[side]} == {r["launch"]["node_id"]}
+        assert {x["launch"]["node_id"] for x in rows if x["device_uuid"] in uuids[side]} == {
+            r["launch"]["node_id"]
+        }
     err = capsys.readouterr().err
     assert "on 4 GPU(s)" in err and f"dvfs report {d}" in err

@@ -29,14 +29,21 @@ class Dev:
 
 
 # NVML's index order (here: made up) is not what CUDA numbers under PCI_BUS_ID.
-DEVICES = [Dev(Identity(0, "GPU-c", "00000000:C1:00.0")), Dev(Identity(1, "GPU-a", "00000000:07:00.0")),
-           Dev(Identity(2, "GPU-b", "00000000:41:00.0"))]
+DEVICES = [
+    Dev(Identity(0, "GPU-c", "00000000:C1:00.0")),
+    Dev(Identity(1, "GPU-a", "00000000:07:00.0")),
+    Dev(Identity(2, "GPU-b", "00000000:41:00.0")),
+]
 
 
 def test_a_ray_gpu_ordinal_is_the_gpu_in_pci_bus_order_never_the_nvml_index():
     assert [gpu_uuid_for(DEVICES, k) for k in (0, 1, 2)] == ["GPU-a", "GPU-b", "GPU-c"]
     assert gpu_uuid_for(DEVICES, "2") == "GPU-c"
-    assert pci_order_key("0000:07:00.0") < pci_order_key("0000:41:00.0") < pci_order_key("0001:01:00.0")
+    assert (
+        pci_order_key("0000:07:00.0")
+        < pci_order_key("0000:41:00.0")
+        < pci_order_key("0001:01:00.0")
+    )
 
 
 def test_a_ray_gpu_id_that_is_a_uuid_names_the_gpu_and_an_unknown_one_is_refused():
@@ -49,7 +56,10 @@ def test_a_ray_gpu_id_that_is_a_uuid_names_the_gpu_and_an_unknown_one_is_refused
 
 def test_launcher_settings_accept_any_every_or_uuids_and_refuse_the_rest():
     assert LaunchSettings.from_mapping({"placement": "every"}).placement == "every"
-    assert LaunchSettings.from_mapping({"placement": ["GPU-a", "GPU-b"]}).placement == ("GPU-a", "GPU-b")
+    assert LaunchSettings.from_mapping({"placement": ["GPU-a", "GPU-b"]}).placement == (
+        "GPU-a",
+        "GPU-b",
+    )
     assert LaunchSettings.from_mapping({"address": "null", "_target_": "x"}).address is None
     with pytest.raises(UserError, match="placement='some' is not one of"):
         LaunchSettings.from_mapping({"placement": "some"})
@@ -101,7 +111,9 @@ def test_progress_writes_plain_lines_off_a_terminal_and_a_final_line():
     p.log("a summary")
     p.finish("done: dvfs report DIR")
     lines = err.getvalue().splitlines()
-    assert lines[0].startswith("[1/3] 1 ok, 0 failed, 2 left | gpu0: gemm/jax@1065  gpu1: idle | ETA 0:02")
+    assert lines[0].startswith(
+        "[1/3] 1 ok, 0 failed, 2 left | gpu0: gemm/jax@1065  gpu1: idle | ETA 0:02"
+    )
     assert lines[1].startswith("[2/3] 1 ok, 1 failed, 1 left")
     assert lines[-1] == "done: dvfs report DIR" and "\r" not in err.getvalue()
     assert out.getvalue() == "a summary\n"
@@ -121,7 +133,15 @@ def test_worker_module_imports_neither_ray_nor_a_framework():
     import subprocess
     import sys
 
-    code = "import sys, orchestrator.launch; print(sorted(m for m in ('ray','jax','tensorflow') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2])
+    code = (
+        "import sys, orchestrator.launch; "
+        "print(sorted(m for m in ('ray', 'jax', 'tensorflow') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.stdout.strip() == "[]"
