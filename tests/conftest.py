@@ -9,6 +9,7 @@ runs never share state.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -31,3 +32,16 @@ def sim_dir(tmp_path, monkeypatch):
     state = tmp_path / "sim"
     monkeypatch.setenv("DVFS_SIM_STATE_DIR", str(state))
     return state
+
+
+def _keep_absl_off_pytests_capture() -> None:
+    """absl (imported by TensorFlow) logs to the ``sys.stderr`` of the moment it is imported:
+    under pytest that is the capture stream. When Hydra later reconfigures logging, every old
+    handler is closed, and absl's closes its stream (it spares only the real stderr/stdout),
+    which closes pytest's capture for the rest of the session. Point absl at the real stderr."""
+    import absl.logging
+
+    absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
+
+_keep_absl_off_pytests_capture()
