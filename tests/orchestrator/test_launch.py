@@ -240,14 +240,19 @@ def test_a_second_sweep_waits_for_a_gpu_another_process_holds(sim4, tmp_path):
     )  # released by the timer
     lease.acquire(timeout=30)
     released = {}
+    d = tmp_path / "lease"
 
     def release() -> None:
+        # Hold GPU 3 until the other three GPUs have stored their trials (or 120 s): the sweep
+        # must make progress elsewhere while one GPU is held, however slowly workers start.
+        deadline = time.time() + 120
+        while time.time() < deadline and len(stored(d)) < 3:
+            time.sleep(0.2)
         released["at"] = time.time()
         lease.release()
 
-    timer = threading.Timer(4.0, release)
+    timer = threading.Thread(target=release)
     timer.start()
-    d = tmp_path / "lease"
     try:
         rc = sweep(
             "hydra.launcher.placement=every",
@@ -268,7 +273,6 @@ def test_a_second_sweep_waits_for_a_gpu_another_process_holds(sim4, tmp_path):
 
 
 def test_optunas_sweeper_drives_the_launcher_with_each_jobs_objective(sim4, tmp_path):
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     d = tmp_path / "optuna"
     rc = sweep(
         "hydra/sweeper=optuna",
