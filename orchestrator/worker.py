@@ -23,6 +23,12 @@ policy and support, changing nothing) -> ``acquire`` (restore what a killed pred
 changed, then take the GPU's lease, waiting while another sweep holds it; import the frameworks)
 -> ``run`` (one trial) ... -> ``close``.
 
+**The pool.** A ``GpuPool`` is the set of workers of one machine: it starts one worker per GPU
+the Ray cluster declares (``num_gpus=1, num_cpus=0``), learns which GPU each got, keeps those
+that ``device.gpus`` and the launcher's placement select, and checks every job against every kept
+GPU before the supervisor (``orchestrator.launch``) sends any work. A process keeps one pool and
+reuses it for every batch of a sweep (``get_pool``), and closes it at exit.
+
 This module imports neither Ray nor a framework at import time.
 """
 

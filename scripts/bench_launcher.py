@@ -22,7 +22,7 @@ Figures, per way:
 - ``steady overhead``: the mean idle gap of a GPU between one trial's end and the next one's
   start, after the first trial on each worker (dispatch, result, store write, progress).
 
-Run: ``.venv/bin/python scripts/bench_launcher.py`` (about 3 minutes on 2 cores).
+Run: ``.venv/bin/python scripts/bench_launcher.py`` (about 7 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grids", choices=("cpu", "device", "both"), default="both")
     parser.add_argument(
-        "--off-cpu-s", type=float, default=0.25, help="device-bound grid: off-CPU wait per trial"
+        "--off-cpu-s", type=float, default=1.0, help="device-bound grid: off-CPU wait per trial"
     )
     ns = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="dvfs-bench-launcher-"))
