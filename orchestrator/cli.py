@@ -75,13 +75,8 @@ def _split(rest: list[str], prog: str, description: str) -> tuple[argparse.Names
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. device=sim device.count=4")
     if prog == "devices":
         parser.add_argument("--json", action="store_true", help="machine-readable output")
-    ns = _parse(parser, rest)
+    ns = parser.parse_args(rest)  # argparse itself exits 2 on a bad flag
     return ns, ns.overrides
-
-
-def _parse(parser: argparse.ArgumentParser, rest: list[str]) -> argparse.Namespace:
-    """argparse exits 2 on bad flags already; keep its message to one line."""
-    return parser.parse_args(rest)
 
 
 def _device_cfg(overrides: list[str]) -> tuple[Any, str | None]:
