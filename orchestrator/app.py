@@ -74,8 +74,8 @@ def _machine_key(device_cfg: Any) -> str:
     from omegaconf import OmegaConf
 
     d = OmegaConf.to_container(device_cfg, resolve=True) if not isinstance(device_cfg, dict) else dict(device_cfg)
-    for k in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_mhz"):
-        d.pop(k, None)
+    for k in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_mhz", "gpus"):
+        d.pop(k, None)  # a trial's settings and which GPU it runs on: contexts are per GPU
     return repr(sorted(d.items()))
 
 

@@ -10,7 +10,9 @@
    and reused for every job and every later batch of the sweep (see :mod:`orchestrator.worker`
    for how a worker finds its GPU on one machine, on a cluster and on the simulated GPU);
 3. sends each job to an idle worker (``placement=any``), to every worker (``every``, one trial
-   per GPU: a fleet survey), or to the next idle one of a list of GPU UUIDs, and handles results
+   per GPU: a fleet survey), or to the next idle one of a list of GPU UUIDs, always among the
+   GPUs the job's own ``device.gpus`` selects (so jobs pinned to different GPUs, as the stability
+   sweeper's are, run side by side in one batch), and handles results
    **as they finish** (``ray.wait``): each row is written to the store on the driver at once, so
    a cluster needs no shared filesystem and a killed sweep loses only the trials in flight;
 4. skips jobs whose trial key is already in the store (resume).
@@ -46,7 +48,6 @@ import json
 import logging
 import math
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -55,7 +56,7 @@ from typing import Any
 from orchestrator.errors import UserError
 from orchestrator.progress import Progress
 from orchestrator.worker import (
-    SETTING_KEYS,
+    PER_JOB_KEYS,
     GpuPool,
     Slot,
     close_pool,
@@ -63,6 +64,7 @@ from orchestrator.worker import (
     get_pool,
     kill,
     machine_key,
+    selection_key,
 )
 
 log = logging.getLogger(__name__)
@@ -155,6 +157,11 @@ class Job:
     def device(self) -> dict[str, Any]:
         return self.resolved["device"]
 
+    @property
+    def gpus_key(self) -> str:
+        """Its ``device.gpus`` as a key: which GPUs of the pool may run it (``Slot.runs``)."""
+        return selection_key(self.device.get("gpus"))
+
 
 def prepare_jobs(
     configs: list[tuple[int, tuple[str, ...], Any, str]], settings: LaunchSettings
@@ -225,7 +232,7 @@ def sweep_id_for(store_dir: Path) -> str:
 
 
 def _differing_device_keys(jobs: list[Job]) -> list[str]:
-    keys = sorted({k for j in jobs for k in j.device if k not in SETTING_KEYS})
+    keys = sorted({k for j in jobs for k in j.device if k not in PER_JOB_KEYS})
     return [
         f"device.{k}"
         for k in keys
@@ -265,7 +272,7 @@ class Supervisor:
         self.progress = progress
         self.settings = pool.settings
         self.every = self.settings.placement == "every"
-        self.pending: deque[Job] = deque()  # placement any or a list: one queue for every GPU
+        self.pending: list[Job] = []  # placement any or a list: one queue, taken per GPU
         self.results: dict[tuple[int, str], float] = {}  # (job number, GPU uuid) -> objective
         self.stores: dict[Path, Any] = {}
         self.frameworks = tuple(sorted({j.cfg.framework.name for j in jobs}))
@@ -286,8 +293,8 @@ class Supervisor:
             while not self._finished():
                 self._dispatch()
                 refs = list(self.pool.inflight)
-                if not refs:
-                    self._fail_unrunnable()
+                if not refs:  # nothing runs and nothing can: what is left has no live GPU
+                    self._fail_stranded()
                     break
                 deadline = min((s.deadline for s in self.pool.slots), default=math.inf)
                 wait_s = min(0.25, max(deadline - time.monotonic(), 0.0))
@@ -325,12 +332,13 @@ class Supervisor:
                 stored[job.store_dir] = (store.keys(), by_key)
             keys, by_key = stored[job.store_dir]
             done = {}
-            for slot in self.pool.slots:
+            slots = [s for s in self.pool.slots if s.runs(job)]
+            for slot in slots:
                 k = trial_key(job.resolved, slot.uuid)
                 if all((k, r) in keys for r in range(job.repeats)):
                     done[slot.uuid] = objective(by_key[k], job.resolved["objective"])
             if self.every:
-                for slot in self.pool.slots:
+                for slot in slots:
                     if slot.uuid in done:
                         self.results[(job.num, slot.uuid)] = done[slot.uuid]
                         self.progress.trial_skipped()
@@ -394,10 +402,15 @@ class Supervisor:
         for slot in self.pool.slots:
             if slot.state != "idle":
                 continue
-            queue = slot.queue if self.every else self.pending
-            if not queue:
-                continue
-            job = queue.popleft()
+            if self.every:
+                if not slot.queue:
+                    continue
+                job = slot.queue.popleft()
+            else:
+                job = next((j for j in self.pending if slot.runs(j)), None)
+                if job is None:
+                    continue
+                self.pending.remove(job)
             slot.job, slot.dispatched_at = job, time.time()
             ref = slot.actor.run.remote(job.resolved, job.sweep_id)
             self._call(slot, "run", ref, "busy", time.monotonic() + job.timeout_s)
@@ -572,6 +585,8 @@ class Supervisor:
         self.progress.note(f"ray_gpus: {slot.label} ({slot.uuid}) retired: {reason}")
         if self.every:
             self._fail_queue(slot)
+        else:
+            self._fail_stranded()
         self._show(slot)
 
     def _fail_queue(self, slot: Slot) -> None:
@@ -580,18 +595,16 @@ class Supervisor:
             error = f"not run: GPU retired ({slot.retired_reason})"
             self._record(slot, job, failure_rows(job, slot.info, "device_error", error), {})
 
-    def _fail_unrunnable(self) -> None:
-        """Nothing in flight and nothing can run: every GPU is retired. Record what is left."""
-        slot = self.pool.slots[0]
-        reasons = "; ".join(sorted({s.retired_reason or "retired" for s in self.pool.slots}))
-        while self.pending:
-            job = self.pending.popleft()
-            self._record(
-                slot,
-                job,
-                failure_rows(job, slot.info, "device_error", f"not run: no GPU left ({reasons})"),
-                {},
-            )
+    def _fail_stranded(self) -> None:
+        """Record the queued jobs that no live GPU may run (every GPU they select is retired)."""
+        for job in list(self.pending):
+            slots = [s for s in self.pool.slots if s.runs(job)]
+            if any(s.state != "retired" for s in slots):
+                continue
+            self.pending.remove(job)
+            reasons = "; ".join(sorted({s.retired_reason or "retired" for s in slots}))
+            error = f"not run: no GPU it may run on is left ({reasons})"
+            self._record(slots[0], job, failure_rows(job, slots[0].info, "device_error", error), {})
 
     # --- showing -------------------------------------------------------------------------------
     def _show(self, slot: Slot) -> None:
@@ -691,10 +704,14 @@ def run_jobs(
         return []
     progress = progress or Progress(0, enabled=settings.progress)
     t0 = time.monotonic()
-    pool = get_pool(settings, jobs[0].device, progress.note)
+    selections = {j.gpus_key: j.device.get("gpus") for j in jobs}
+    pool = get_pool(settings, jobs[0].device, list(selections.values()), progress.note)
     pool.check(jobs)
-    live = [s for s in pool.slots if s.state != "retired"]
-    progress.total = len(jobs) * (len(pool.slots) if settings.placement == "every" else 1)
+    live = [s for s in pool.slots if s.state != "retired" and any(s.runs(j) for j in jobs)]
+    if settings.placement == "every":
+        progress.total = sum(1 for j in jobs for s in pool.slots if s.runs(j))
+    else:
+        progress.total = len(jobs)
     sup = Supervisor(pool, jobs, progress)
     try:
         objectives = sup.run()

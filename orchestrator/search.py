@@ -628,7 +628,7 @@ class Target:
     max_iters: int | None = None
 
     def job_overrides(self, setting: OrderedSetting, probe: Probe) -> list[str]:
-        """The overrides of the job that runs ``probe``, pinned to this GPU.
+        """The overrides of the job that runs ``probe``, pinned to this GPU by its UUID.
 
         The first trial at a value is exactly the trial a grid sweep would run there (same
         trial key: a grid already in the store is reused). A repeated trial at a value runs on
@@ -641,7 +641,7 @@ class Target:
         if probe.min_iterations is not None:
             m = probe.min_iterations if self.max_iters is None else min(probe.min_iterations, self.max_iters)
             extra.append(f"measure.min_iters={m}")
-        return [*self.overrides, f"device.gpus=[{self.gpu.index}]", f"{setting.key}={_number(probe.value)}", *extra]
+        return [*self.overrides, f"device.gpus=[{self.gpu.uuid}]", f"{setting.key}={_number(probe.value)}", *extra]
 
     def trial_record(self, probe: Probe) -> dict[str, Any]:
         """What the store's ``search_trials`` meta item keeps about one trial."""

@@ -25,9 +25,12 @@ changed, then take the GPU's lease, waiting while another sweep holds it; import
 
 **The pool.** A ``GpuPool`` is the set of workers of one machine: it starts one worker per GPU
 the Ray cluster declares (``num_gpus=1, num_cpus=0``), learns which GPU each got, keeps those
-that ``device.gpus`` and the launcher's placement select, and checks every job against every kept
-GPU before the supervisor (``orchestrator.launch``) sends any work. A process keeps one pool and
-reuses it for every batch of a sweep (``get_pool``), and closes it at exit.
+that some job's ``device.gpus`` (and the launcher's placement) selects, and checks every job
+against every GPU it may run on before the supervisor (``orchestrator.launch``) sends any work.
+``device.gpus`` is a job's *route*, not part of the machine: jobs that name different GPUs (the
+stability sweeper pins each search to its GPU by UUID) share one pool, and each slot knows which
+jobs' selections include its GPU. A process keeps one pool and reuses it for every batch of a
+sweep (``get_pool``); a later batch that names a GPU the pool left out restarts it.
 
 This module imports neither Ray nor a framework at import time.
 """
@@ -109,9 +112,9 @@ def node_device_cfg(device_cfg: Any) -> Any:
     assert isinstance(cfg, DictConfig)
     if cfg.get("backend") == "sim" and os.environ.get(SIM_STATE_ENV):
         cfg.state_dir = os.environ[SIM_STATE_ENV]
-    for key in ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_mhz", "inject"):
+    for key in PER_JOB_KEYS:
         if key in cfg:
-            cfg[key] = None  # the machine, not a setting: one session for every trial
+            cfg[key] = None  # the machine, not a job's settings or route: one session for all
     return cfg
 
 
@@ -144,23 +147,31 @@ class GpuWorker:
         self._trials = 0
 
     # --- who am I ------------------------------------------------------------------------------
-    def identify(self) -> dict[str, Any]:
-        """This worker's GPU, node and process, and whether ``device.gpus`` selects the GPU.
+    def identify(self, selections: list[Any] = ()) -> dict[str, Any]:
+        """This worker's GPU, node and process, and which ``device.gpus`` values select the GPU.
 
         First restores the GPU if a dead process (a killed earlier worker) left it changed, so
         a replaced worker puts its GPU back before anything else; ``restored`` says what it did.
+
+        Args:
+            selections: ``device.gpus`` values (None: every GPU) to answer for, on this node: an
+                index or PCI bus id means this node's GPU of that number.
         """
         from orchestrator.devices import select_devices
         from orchestrator.errors import DvfsError
 
         restored = self._restore_dead_owner()
-        select_error = None
-        try:
-            selected = any(
-                d.identity.uuid == self.uuid for d in select_devices(self._backend, self._cfg.gpus)
-            )
-        except DvfsError as e:
-            selected, select_error = False, str(e)
+        selected: list[bool] = []
+        select_errors: list[str | None] = []
+        for gpus in selections:
+            try:
+                chosen = select_devices(self._backend, gpus)
+            except DvfsError as e:
+                selected.append(False)
+                select_errors.append(str(e))
+            else:
+                selected.append(any(d.identity.uuid == self.uuid for d in chosen))
+                select_errors.append(None)
         node_id = None
         try:
             import ray
@@ -177,7 +188,7 @@ class GpuWorker:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "selected": selected,
-            "select_error": select_error,
+            "select_errors": select_errors,
             "sim_state_dir": os.environ.get(SIM_STATE_ENV)
             if self._cfg.get("backend") == "sim"
             else None,
@@ -346,13 +357,21 @@ class _OneGpuJournal(Journal):
 
 # --- the pool: one worker per GPU -------------------------------------------------------------
 SETTING_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_mhz", "inject")
+ROUTING_KEYS = ("gpus",)  # which of the machine's GPUs a job may run on
+PER_JOB_KEYS = (*SETTING_KEYS, *ROUTING_KEYS)  # device keys the jobs of one pool may differ in
 
 
 def machine_key(device: dict[str, Any]) -> str:
-    """The part of a resolved ``device`` config that names the machine (not a trial's settings)."""
+    """The part of a resolved ``device`` config that names the machine (not a job's settings or
+    the GPUs it may run on)."""
     return json.dumps(
-        {k: v for k, v in device.items() if k not in SETTING_KEYS}, sort_keys=True, default=str
+        {k: v for k, v in device.items() if k not in PER_JOB_KEYS}, sort_keys=True, default=str
     )
+
+
+def selection_key(gpus: Any) -> str:
+    """One ``device.gpus`` value as a key (None, the default, selects every GPU)."""
+    return json.dumps(gpus, default=str)
 
 
 @dataclass
@@ -374,6 +393,11 @@ class Slot:
     parked: list[Any] = field(default_factory=list)  # replacements that landed on another GPU
     queue: deque = field(default_factory=deque)  # placement=every: this GPU's jobs
     retired_reason: str | None = None
+    selections: set[str] = field(default_factory=set)  # selection_key()s of device.gpus that pick it
+
+    def runs(self, job: Any) -> bool:
+        """True if the job's ``device.gpus`` selects this GPU (the job may run here)."""
+        return job.gpus_key in self.selections
 
     @property
     def label(self) -> str:
@@ -391,12 +415,15 @@ class GpuPool:
 
     Args:
         settings: the launcher's settings (``orchestrator.launch.LaunchSettings``).
-        device: the sweep's resolved ``device`` config.
+        device: the sweep's resolved ``device`` config (its settings and ``gpus`` are ignored).
+        selections: the ``device.gpus`` values of the jobs it will run; it keeps every GPU that
+            one of them selects.
     """
 
-    def __init__(self, settings: Any, device: dict[str, Any]) -> None:
+    def __init__(self, settings: Any, device: dict[str, Any], selections: list[Any]) -> None:
         self.settings = settings
-        self.device = device
+        self.device = {k: (None if k in PER_JOB_KEYS else v) for k, v in device.items()}
+        self.selections = {selection_key(g): g for g in selections}
         self.key = settings.pool_key() + machine_key(device)
         self.slots: list[Slot] = []
         self.inflight: dict[
@@ -493,7 +520,7 @@ class GpuPool:
             )
         note(f"ray_gpus: starting {total} worker(s), one per GPU")
         actors = [self.spawn() for _ in range(total)]
-        refs = {a.identify.remote(): a for a in actors}
+        refs = {a.identify.remote(list(self.selections.values())): a for a in actors}
         ready, not_ready = ray.wait(
             list(refs), num_returns=len(refs), timeout=self.settings.start_timeout_s
         )
@@ -527,7 +554,9 @@ class GpuPool:
             self._node_gpus[info["node_id"]] = self._node_gpus.get(info["node_id"], 0) + 1
             info["multi_node"] = multi_node
             if info["uuid"] in wanted:
-                self.slots.append(Slot(uuid=info["uuid"], info=info, actor=actor, since=now))
+                slot = Slot(uuid=info["uuid"], info=info, actor=actor, since=now)
+                slot.selections = wanted[info["uuid"]]
+                self.slots.append(slot)
             else:
                 kill(actor)
         self.slots.sort(
@@ -556,7 +585,12 @@ class GpuPool:
                     f"simulated cluster give each node its own DVFS_SIM_STATE_DIR and device.seed"
                 )
 
-    def _select(self, infos: list[dict[str, Any]]) -> set[str]:
+    def _select(self, infos: list[dict[str, Any]]) -> dict[str, set[str]]:
+        """GPU uuid -> the selections that pick it, for every GPU some selection picks.
+
+        Raises:
+            UserError: a placement UUID no worker found, or a ``device.gpus`` that picks no GPU.
+        """
         placement = self.settings.placement
         found = sorted(i["uuid"] for i in infos)
         if isinstance(placement, tuple):
@@ -566,15 +600,20 @@ class GpuPool:
                     f"hydra.launcher.placement names GPU(s) no worker found: {', '.join(missing)}; "
                     f"found: {', '.join(found)}"
                 )
-        chosen = {
-            i["uuid"]
-            for i in infos
-            if i["selected"] and (not isinstance(placement, tuple) or i["uuid"] in placement)
-        }
-        if not chosen:
-            reasons = sorted({i["select_error"] for i in infos if i.get("select_error")})
+        keys = list(self.selections)
+        chosen: dict[str, set[str]] = {}
+        for i in infos:
+            if isinstance(placement, tuple) and i["uuid"] not in placement:
+                continue
+            picked = {k for k, ok in zip(keys, i["selected"]) if ok}
+            if picked:
+                chosen[i["uuid"]] = picked
+        for n, key in enumerate(keys):
+            if any(key in picked for picked in chosen.values()):
+                continue
+            reasons = sorted({i["select_errors"][n] for i in infos if i["select_errors"][n]})
             raise UserError(
-                f"no GPU is selected by device.gpus={self.device.get('gpus')}"
+                f"no GPU is selected by device.gpus={self.selections[key]}"
                 + (
                     f": {reasons[0]}"
                     if reasons
@@ -584,7 +623,8 @@ class GpuPool:
         return chosen
 
     def check(self, jobs: list[Any]) -> None:
-        """Every job's settings against every GPU's policy and support, before anything runs.
+        """Every job's settings against each GPU it may run on (policy, support), before anything
+        runs.
 
         Raises:
             UserError: the first refused (job, GPU), on one line.
@@ -596,7 +636,7 @@ class GpuPool:
             unique.setdefault(json.dumps(j.device, sort_keys=True, default=str), j.device)
         cfgs = list(unique.values())
         live = [s for s in self.slots if s.state != "retired"]
-        refused: dict[str, tuple[Slot, str]] = {}
+        refused: dict[str, list[tuple[Slot, str]]] = {}
         for slot, ref in [(s, s.actor.check.remote(cfgs)) for s in live]:
             try:
                 errs = ray.get(ref)
@@ -604,14 +644,15 @@ class GpuPool:
                 continue  # a worker being replaced; the supervisor sees to it
             for key, err in zip(unique, errs):
                 if err is not None:
-                    refused.setdefault(key, (slot, err))
+                    refused.setdefault(key, []).append((slot, err))
         for j in jobs:
-            hit = refused.get(json.dumps(j.device, sort_keys=True, default=str))
-            if hit is not None:
-                slot, err = hit
-                raise UserError(
-                    f"job #{j.num} ({j.what}) on {slot.label} ({slot.uuid}): {err}; nothing was run"
-                )
+            hits = refused.get(json.dumps(j.device, sort_keys=True, default=str), [])
+            for slot, err in hits:
+                if slot.runs(j):
+                    raise UserError(
+                        f"job #{j.num} ({j.what}) on {slot.label} ({slot.uuid}): {err}; "
+                        f"nothing was run"
+                    )
 
     def close(self) -> None:
         """Restore every GPU, release the leases, end the workers."""
@@ -672,14 +713,29 @@ def first_line(e: BaseException) -> str:
 _pool: GpuPool | None = None
 
 
-def get_pool(settings: Any, device: dict[str, Any], note: Callable[[str], None]) -> GpuPool:
-    """The process's pool for this machine and these settings (started once, then reused)."""
+def get_pool(
+    settings: Any, device: dict[str, Any], selections: list[Any], note: Callable[[str], None]
+) -> GpuPool:
+    """The process's pool for this machine and these settings (started once, then reused).
+
+    Args:
+        settings: the launcher's settings.
+        device: the batch's resolved ``device`` config.
+        selections: the batch's ``device.gpus`` values; a pool that lacks a GPU one of them picks
+            is restarted with every selection it had and the new ones.
+        note: prints a line for the user.
+    """
     global _pool
     key = settings.pool_key() + machine_key(device)
+    wanted = {selection_key(g): g for g in selections}
+    if _pool is not None and _pool.key == key and not wanted.keys() <= _pool.selections.keys():
+        note("ray_gpus: this batch names GPUs the workers were not started for; restarting them")
+        wanted = {**_pool.selections, **wanted}
+        close_pool()
     if _pool is not None and _pool.key != key:
         close_pool()
     if _pool is None:
-        pool = GpuPool(settings, device)
+        pool = GpuPool(settings, device, list(wanted.values()))
         pool.start(note)
         _pool = pool
     _pool.settings = settings  # limits may change between batches; the workers stay

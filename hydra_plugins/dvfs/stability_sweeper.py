@@ -5,7 +5,8 @@ combination of the swept overrides, e.g. ``workload=gemm,stencil framework=jax,t
 asks each selected GPU for its supported values of the searched setting, runs one
 :class:`~orchestrator.search.ThresholdSearch` per (group, GPU), and sends each round's proposals,
 for every group and GPU at once, to the launcher as one batch. Each job is pinned to its GPU
-(``device.gpus=[i]``); its outcome is read from the rows it stored. At the end the ``thresholds``
+(``device.gpus=[GPU-...]``), so the ``ray_gpus`` launcher runs the searches of different GPUs side
+by side; each job's outcome is read from the rows it stored. At the end the ``thresholds``
 table goes to ``thresholds.csv`` in the sweep directory and to the store's ``thresholds`` meta item.
 
     dvfs sweep -m hydra/sweeper=stability workload=gemm,stencil framework=jax,tensorflow
@@ -20,7 +21,6 @@ module at start-up: it imports nothing heavy.
 # No `from __future__ import annotations`: Hydra's plugin scanner runs this module before it is in
 # sys.modules, and dataclasses then cannot resolve string annotations.
 import itertools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -42,8 +42,6 @@ class StabilitySweeperConf:
     confirm_trials: int = 3  # a confirmation spreads the iterations it still needs over this many trials
     params: Optional[Dict[str, str]] = None  # swept overrides, as for the basic sweeper: each combination is a group
 
-
-_SETTING_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_mhz", "inject")
 
 ConfigStore.instance().store(group="hydra/sweeper", name="stability", node=StabilitySweeperConf, provider="dvfs")
 
@@ -147,13 +145,13 @@ class StabilitySweeper(Sweeper):
         from orchestrator.app import prepare
         from orchestrator.errors import UserError
         from orchestrator.policy import load_policy
+        from orchestrator.worker import machine_key
 
         cfg = self._compose([*common, *group])
         resolved, request = prepare(cfg)
         if cfg.device.observe_only:
             raise UserError(f"device.observe_only=true changes nothing, but a stability search sets {options.setting}")
-        device = {k: v for k, v in resolved["device"].items() if k not in _SETTING_KEYS}
-        machine = json.dumps(device, sort_keys=True, default=str)
+        machine = machine_key(resolved["device"])
         if machine not in self._gpus:
             self._gpus[machine] = search.discover_gpus(cfg.device)
         gpus = self._gpus[machine]

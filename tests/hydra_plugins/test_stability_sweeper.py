@@ -1,7 +1,8 @@
 """``hydra/sweeper=stability`` (and the Optuna experiment) end to end, through ``dvfs sweep``.
 
-Each sweep runs in a subprocess on simulated A100s with thresholds planted per GPU, on Hydra's
-basic launcher (in-process, sequential): what is checked here is the search, not the pool.
+Each sweep runs in a subprocess on simulated A100s with thresholds planted per GPU. The first
+runs on the ``ray_gpus`` launcher (one worker per GPU, the searches of both GPUs side by side); the
+others on Hydra's basic launcher (in-process, sequential): what they check is the search.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ def table(sweep_dir):
 
 
 def test_the_sweeper_finds_each_gpus_planted_threshold_within_one_step_in_a_third_of_a_grid(tmp_path):
+    """Through the ray_gpus launcher: each search's jobs are pinned to their GPU by UUID."""
     import analysis
 
     sweep_dir = tmp_path / "sweep"
+    on_ray = [o for o in QUICK if o != "hydra/launcher=basic"]
     out = dvfs(
-        tmp_path, "sweep", "-m", "hydra/sweeper=stability", *QUICK, "device.count=2",
+        tmp_path, "sweep", "-m", "hydra/sweeper=stability", *on_ray, "device.count=2",
         "device.planted_thresholds={0:{gemm:1065},1:{gemm:840}}", "hydra.sweeper.confirm_iterations=300",
         f"hydra.sweep.dir={sweep_dir}",
     )
@@ -53,9 +56,14 @@ def test_the_sweeper_finds_each_gpus_planted_threshold_within_one_step_in_a_thir
         meta = store.get_meta("thresholds")
         stored = store.rows()
     assert [m["stable_value"] for m in meta["rows"]] == [1065, 840]
-    # every trial ran on the GPU its search pinned it to
+    # every trial ran on the GPU its search pinned it to, and the two searches ran side by side
     for index, r in rows.items():
         assert sum(1 for s in stored if s["device_uuid"] == r["device_uuid"]) == int(r["trials_used"])
+        assert all(s["config"]["device"]["gpus"] == [s["device_uuid"]] for s in stored)
+    spans = {u: [(s["launch"]["trial_started_at"], s["launch"]["trial_ended_at"]) for s in stored
+                 if s["device_uuid"] == u] for u in {s["device_uuid"] for s in stored}}
+    first, second = spans.values()
+    assert sum(a0 < b1 and a1 < b0 for a0, b0 in first for a1, b1 in second) >= 5, spans
     # the analysis of the stored rows agrees, and sees the search's phases
     roles = analysis.load_meta(sweep_dir)[0]["meta"]["search_trials"]["roles"]
     assert len(roles) == len(stored)

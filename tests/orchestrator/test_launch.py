@@ -286,3 +286,44 @@ def test_optunas_sweeper_drives_the_launcher_with_each_jobs_objective(sim4, tmp_
     results = (d / "optimization_results.yaml").read_text()
     assert "best_value" in results and "inf" not in results.split("best_value:")[1].split()[0]
     assert 1 <= len(stored(d)) <= 4
+
+
+def test_jobs_pinned_to_different_gpus_share_one_batch_and_run_only_there(sim4, tmp_path, capsys):
+    d = tmp_path / "pinned"
+    by_pci = uuids_in_pci_order(sim4)
+    rc = sweep(
+        "workload=gemm",
+        f"device.gpus=[0],[{by_pci[2]}]",  # by NVML index and by UUID
+        "device.sm_clock_mhz=1005,1110,1215,1410",
+        "measure.settle_s=0.5",
+        "seed=17",
+        f"hydra.sweep.dir={d}",
+    )
+    assert rc == 0
+    rows = stored(d)
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    by_gpu = defaultdict(list)
+    for r in rows:
+        by_gpu[r["device_index"]].append(r["sm_clock_min_mhz"])
+        assert r["config"]["device"]["gpus"] == {0: [0], 2: [by_pci[2]]}[r["device_index"]]
+    assert sorted(by_gpu) == [0, 2], by_gpu  # GPUs 1 and 3 took none of them
+    assert sorted(by_gpu[0]) == sorted(by_gpu[2]) == [1005, 1110, 1215, 1410]
+    assert_no_overlap(rows)
+    spans = {
+        i: [(r["launch"]["trial_started_at"], r["launch"]["trial_ended_at"]) for r in rows
+            if r["device_index"] == i]
+        for i in (0, 2)
+    }
+    side_by_side = any(a0 < b1 and a1 < b0 for a0, b0 in spans[0] for a1, b1 in spans[2])
+    assert side_by_side, spans  # the two GPUs' jobs ran at the same time, not one after the other
+    err = capsys.readouterr().err
+    assert "ray_gpus: 8 trial(s) on 2 GPU(s)" in err
+
+
+def test_a_job_that_selects_no_gpu_is_refused_before_anything_runs(sim4, tmp_path, capsys):
+    d = tmp_path / "nogpu"
+    rc = sweep("workload=stencil", "device.gpus=[0],[7]", f"hydra.sweep.dir={d}")
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "device.gpus=[7]" in err and "no GPU with index 7" in err
+    assert stored(d) == []
