@@ -389,14 +389,20 @@ def _build_doc(df: pd.DataFrame, stores: list[dict], front: pd.DataFrame, recs: 
         doc.p("No sweep configuration stored (meta key 'sweep', row key 'config').")
 
     doc.h(2, "Devices")
+    retired = {uuid: r for st in stores for uuid, r in (st["meta"].get("retired_gpus") or {}).items()}
     dev = []
     for uuid, sub in df.groupby(df["device_uuid"].astype(str), dropna=False, sort=True):
         first = sub.iloc[0]
         dev.append({"device_uuid": uuid, "device_name": first["device_name"],
                     "driver_version": first["driver_version"], "backend": first["backend"],
-                    "host": first["host"], "trials": len(sub)})
+                    "host": first["host"], "trials": len(sub),
+                    "retired": retired[uuid]["reason"] if uuid in retired else None})
     doc.table(_display(pd.DataFrame(dev), ["device_uuid", "device_name", "driver_version",
-                                           "backend", "host", "trials"]))
+                                           "backend", "host", "trials", "retired"]))
+    if retired:
+        doc.items([f"{r.get('label', 'GPU')} ({uuid}) on {r.get('host', '?')} was retired during "
+                   f"the sweep and took no further trials: {r['reason']}"
+                   for uuid, r in sorted(retired.items())])
 
     doc.h(2, "Library versions")
     doc.table(_versions(df, stores))

@@ -6,6 +6,7 @@ so that the launcher's failure handling can be exercised on the sim::
     device.inject={hang_s: 30, at_call: 5, gpu: 1}          # a hung kernel (-> `timeout`)
     device.inject={exit_process: true, at_call: 2, gpu: 0}  # SIGKILL of the worker (-> `crash`)
     device.inject={raise_error: boom}                       # a kernel that raised (-> `crash`)
+    device.inject={lose_gpu: true, at_call: 3, gpu: 2}      # GPU 2 falls off the bus (-> retired)
 
 Keys:
 
@@ -16,8 +17,14 @@ Keys:
   The count is kept on disk in the simulated machine's state directory, so a worker that was
   killed by the fault and replaced does not fire it again.
 - one action: ``hang_s`` (sleep this many seconds inside the call), ``exit_process`` (the worker
-  sends itself SIGKILL: what a segfault or the OOM killer does) or ``raise_error`` (the call raises
-  :class:`InjectedFault` with this message).
+  sends itself SIGKILL: what a segfault or the OOM killer does), ``raise_error`` (the call raises
+  :class:`InjectedFault` with this message) or ``lose_gpu`` (the simulated GPU falls off the bus
+  inside the call: NVML answers ``GPU_IS_LOST`` until it is brought back).
+
+**Scheduled faults** (``schedule``): a chaos run, from its own process and at a moment of its
+choosing, drops one action for one GPU into the simulated machine's state directory; the next
+kernel call on that GPU, in whichever worker runs it, takes it and fires it. Nothing in the sweep's
+configuration changes, so a resumed sweep is the same sweep.
 
 Faults are armed per trial by whoever runs it (the ``ray_gpus`` launcher's worker, which is the
 one that supervises hangs and deaths) and fire from one hook in the trial's kernel call. They are
@@ -27,6 +34,7 @@ refused on ``backend=nvml``: nothing here ever runs against a real GPU.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import time
@@ -36,7 +44,7 @@ from typing import Any
 
 from orchestrator.errors import UserError
 
-ACTIONS = ("hang_s", "exit_process", "raise_error")
+ACTIONS = ("hang_s", "exit_process", "raise_error", "lose_gpu")
 KEYS = ("at_call", "gpu", "workload", "times", *ACTIONS)
 SIM_STATE_ENV = "DVFS_SIM_STATE_DIR"  # as orchestrator.devices.SIM_STATE_ENV (no import: floor 1)
 
@@ -129,18 +137,27 @@ def disarm(device: Any) -> None:
 
 
 def on_kernel_call(device: Any) -> None:
-    """The hook at the start of every kernel call (``trial._call``): fires an armed fault."""
+    """The hook at the start of every kernel call (``trial._call``): fires a scheduled or an
+    armed fault."""
+    ident = device.identity
+    if ident.backend == "sim":
+        scheduled = _take_scheduled(ident.uuid)
+        if scheduled is not None:
+            _fire(scheduled, ident.uuid)
     if not _armed:
         return
-    plan = _armed.get(device.identity.uuid)
+    plan = _armed.get(ident.uuid)
     if plan is None:
         return
     plan.calls += 1
     if plan.calls != plan.at_call:
         return
-    _armed.pop(device.identity.uuid, None)
+    _armed.pop(ident.uuid, None)
     _record_fired(plan.counter)  # before acting: a process killed by its own fault still counts
-    spec = plan.spec
+    _fire(plan.spec, ident.uuid)
+
+
+def _fire(spec: dict[str, Any], uuid: str) -> None:
     if spec.get("hang_s") is not None:
         time.sleep(float(spec["hang_s"]))
     elif spec.get("exit_process"):
@@ -148,6 +165,63 @@ def on_kernel_call(device: Any) -> None:
         time.sleep(60)  # SIGKILL is asynchronous for an instant
     elif spec.get("raise_error") is not None:
         raise InjectedFault(f"injected fault: {spec['raise_error']}")
+    elif spec.get("lose_gpu"):
+        from orchestrator.devices.sim import nvml as sim  # the sim only: validate() said so
+
+        sim.simDeviceSetLost(sim.nvmlDeviceGetHandleByUUID(uuid), True)
+
+
+# --- scheduled faults (chaos runs) ------------------------------------------------------------
+def schedule(state_dir: str | os.PathLike[str], uuid: str, spec: dict[str, Any]) -> Path:
+    """Make the next kernel call on one simulated GPU misbehave, from any process, now.
+
+    Args:
+        state_dir: the simulated machine's state directory.
+        uuid: the GPU.
+        spec: one action (``hang_s``, ``exit_process``, ``raise_error`` or ``lose_gpu``).
+
+    Returns:
+        The file that holds it until a kernel call takes it.
+
+    Raises:
+        UserError: not exactly one action, or another key.
+    """
+    spec = validate(dict(spec), "sim") or {}
+    extra = sorted(set(spec) - set(ACTIONS))
+    if extra:
+        raise UserError(f"a scheduled fault is one action; {', '.join(extra)} do not apply")
+    path = _scheduled_path(Path(state_dir), uuid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(spec))
+    os.replace(tmp, path)
+    return path
+
+
+def pending(state_dir: str | os.PathLike[str], uuid: str) -> bool:
+    """True while a scheduled fault waits for its GPU's next kernel call."""
+    return _scheduled_path(Path(state_dir), uuid).exists()
+
+
+def _scheduled_path(state_dir: Path, uuid: str) -> Path:
+    return state_dir / "inject" / f"next-{uuid}.json"
+
+
+def _take_scheduled(uuid: str) -> dict[str, Any] | None:
+    """The fault scheduled for this GPU, if any, taken so that exactly one call fires it."""
+    state = os.environ.get(SIM_STATE_ENV)
+    if not state:
+        return None
+    path = _scheduled_path(Path(state), uuid)
+    taken = path.with_suffix(f".taken{os.getpid()}")
+    try:
+        os.rename(path, taken)  # atomic: of two callers, one gets it
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(taken.read_text())
+    finally:
+        taken.unlink(missing_ok=True)
 
 
 def _counter_path(spec: dict[str, Any], uuid: str, sweep_id: str) -> Path | None:

@@ -274,6 +274,7 @@ class Supervisor:
         self.every = self.settings.placement == "every"
         self.pending: list[Job] = []  # placement any or a list: one queue, taken per GPU
         self.results: dict[tuple[int, str], float] = {}  # (job number, GPU uuid) -> objective
+        self.retired: dict[str, dict[str, Any]] = {}  # GPU uuid -> label, host, reason, time
         self.stores: dict[Path, Any] = {}
         self.frameworks = tuple(sorted({j.cfg.framework.name for j in jobs}))
 
@@ -473,11 +474,17 @@ class Supervisor:
             )
             self._replace(slot, "its worker died during a trial")
         else:
+            if not result["rows"]:  # the GPU was unhealthy before the trial: nothing ran
+                self._retire(slot, result["unhealthy"], requeue=job)
+                return
             slot.state, slot.builds, slot.deaths_in_a_row = "idle", result["builds"], 0
             extra = {
                 k: result[k] for k in ("trial_started_at", "trial_ended_at", "trial_s", "builds")
             }
             self._record(slot, job, result["rows"], extra)
+            if result["unhealthy"]:  # it failed during this trial: no further trials
+                self._retire(slot, result["unhealthy"])
+                return
         self._show(slot)
 
     def _record(
@@ -576,13 +583,31 @@ class Supervisor:
         slot.info = info
         self._acquire(slot)
 
-    def _retire(self, slot: Slot, reason: str) -> None:
+    def _retire(self, slot: Slot, reason: str, requeue: Job | None = None) -> None:
+        """Take a GPU out of the sweep: end its worker, record or move the jobs it will not run.
+
+        Args:
+            slot: the GPU.
+            reason: why, for the progress line and the rows of jobs it leaves unrun.
+            requeue: a job it was given but did not start: back to the front of the queue for
+                another GPU (``placement=every``: recorded as ``device_error`` with its queue).
+        """
+        if requeue is not None:
+            if self.every:
+                slot.queue.appendleft(requeue)
+            else:
+                self.pending.insert(0, requeue)
         self.pool.inflight.pop(slot.ref, None)
         slot.state, slot.retired_reason, slot.ref, slot.deadline = "retired", reason, None, math.inf
         for actor in [slot.actor, *slot.parked]:
             kill(actor)
         slot.parked.clear()
         self.progress.note(f"ray_gpus: {slot.label} ({slot.uuid}) retired: {reason}")
+        self.retired[slot.uuid] = {"label": slot.label, "host": slot.info["host"], "reason": reason,
+                                   "at": time.time()}
+        for store in self.stores.values():  # the report names every retired GPU and why
+            store.put_meta("retired_gpus", {**(store.get_meta("retired_gpus") or {}),
+                                            slot.uuid: self.retired[slot.uuid]})
         if self.every:
             self._fail_queue(slot)
         else:

@@ -286,7 +286,12 @@ class GpuWorker:
 
     # --- trials --------------------------------------------------------------------------------
     def run(self, resolved: dict[str, Any], sweep_id: str) -> dict[str, Any]:
-        """Run one trial and return its rows (plain dicts) and this worker's counters.
+        """Run one trial and return its rows (plain dicts), this worker's counters and its GPU's
+        health after the trial.
+
+        A GPU that is already unhealthy (``Device.health``) runs nothing: the answer is
+        ``{"unhealthy": reason, "rows": []}``, so that the supervisor retires the GPU and gives
+        the job to another one. ``unhealthy`` beside rows means the GPU failed during this trial.
 
         Args:
             resolved: the job's resolved config.
@@ -300,6 +305,9 @@ class GpuWorker:
         if self._ctx is None:
             raise RuntimeError("GpuWorker.run before acquire")
         ctx = self._ctx
+        before = ctx.device.health()
+        if not before.ok:
+            return {"rows": [], "unhealthy": before.reason, "pid": os.getpid()}
         ctx.sweep_id = sweep_id
         cfg = OmegaConf.create(resolved)
         inject.arm(
@@ -316,7 +324,9 @@ class GpuWorker:
             inject.disarm(ctx.device)
         trial_s = time.perf_counter() - t0
         self._trials += 1
+        after = ctx.device.health()
         return {
+            "unhealthy": None if after.ok else after.reason,
             "rows": rows,
             "trial_started_at": started_at,
             "trial_ended_at": started_at + trial_s,

@@ -327,3 +327,65 @@ def test_a_job_that_selects_no_gpu_is_refused_before_anything_runs(sim4, tmp_pat
     err = capsys.readouterr().err
     assert "device.gpus=[7]" in err and "no GPU with index 7" in err
     assert stored(d) == []
+
+
+def test_a_gpu_that_falls_off_the_bus_takes_no_further_trials_and_the_report_names_it(
+    sim4, tmp_path, capsys
+):
+    """GPU 1 is lost inside its first trial (clock locked): that trial is `device_error`, the GPU
+    is retired, every other job runs on GPUs 0, 2 and 3; once it is back, `dvfs restore` puts back
+    the clock the failed restore left locked. Last in the module: it leaves GPU 1 retired in the
+    pool, which it closes."""
+    from analysis.report import main as report_main
+    from orchestrator.devices import journal_dir, open_backend
+    from orchestrator.devices.sim import nvml as sim
+    from orchestrator.guard import Journal, restore_journal
+    from orchestrator.store import ResultStore
+    from orchestrator.worker import close_pool
+
+    d = tmp_path / "lost"
+    gpu1 = uuids_in_pci_order(sim4)[1]
+    try:
+        rc = sweep(
+            "workload=gemm",
+            "device.sm_clock_mhz=range(1005,1411,45)",
+            "device.inject={lose_gpu:true,at_call:2,gpu:1}",
+            "seed=23",
+            f"hydra.sweep.dir={d}",
+        )
+        assert rc == 0
+        rows = stored(d)
+        assert len(rows) == 10  # every job has its row
+        lost = [r for r in rows if r["device_uuid"] == gpu1]
+        assert [r["status"] for r in lost] == ["device_error"]  # one trial, then no further
+        assert "fallen off the bus" in lost[0]["error"]
+        assert all(r["status"] == "ok" for r in rows if r["device_uuid"] != gpu1)
+        assert len({r["device_uuid"] for r in rows}) == 4
+        err = capsys.readouterr().err
+        assert f"gpu1 ({gpu1}) retired:" in err and "fallen off the bus" in err
+        with ResultStore(d, readonly=True) as store:
+            retired = store.get_meta("retired_gpus")
+        assert list(retired) == [gpu1] and "fallen off the bus" in retired[gpu1]["reason"]
+        assert report_main([str(d)]) == 0
+        text = (d / "report" / "report.md").read_text()
+        assert f"gpu1 ({gpu1}) on" in text and "was retired during the sweep" in text
+        # the restore inside the lost trial failed: the journal still names the locked clock
+        journal = Journal(sim4 / "journal")
+        assert journal.uuids() == [gpu1] and journal.read(gpu1)["changed"] == ["sm_clock"]
+        assert sim_gpu(sim4, 1)["locked_sm_mhz"] is not None
+    finally:
+        close_pool()
+        sim.nvmlInit()
+        try:
+            sim.simDeviceSetLost(sim.nvmlDeviceGetHandleByUUID(gpu1), False)  # a reset, a reboot
+        finally:
+            sim.nvmlShutdown()
+    backend = open_backend({"backend": "sim", "count": 4})
+    try:
+        actions = restore_journal(
+            Journal(journal_dir({"backend": "sim"})), lambda u: backend.device(uuid=u)
+        )
+    finally:
+        backend.close()
+    assert [(a.uuid, a.restored) for a in actions] == [(gpu1, ("sm_clock",))]
+    assert sim_gpu(sim4, 1)["locked_sm_mhz"] is None and not list((sim4 / "journal").glob("*.json"))
