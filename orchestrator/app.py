@@ -46,8 +46,11 @@ def run_sweep(argv: list[str]) -> int:
         print(f"dvfs sweep: error: {err}", file=sys.stderr)
         return getattr(err, "exit_code", 1)
     finally:
+        from orchestrator.store import release_sweep_dirs
+
         sys.argv = saved
         close_session()
+        release_sweep_dirs()
     return 0
 
 
@@ -155,7 +158,7 @@ def prepare(cfg: Any) -> tuple[dict[str, Any], Any]:
 
 def task(cfg: Any) -> float:
     """One Hydra job: one trial, stored, summarised; returns the objective."""
-    from orchestrator.store import ResultStore
+    from orchestrator.store import ResultStore, claim_sweep_dir
     from orchestrator.trial import objective, run_trial, trial_key
 
     logging.getLogger("jax").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
@@ -163,6 +166,7 @@ def task(cfg: Any) -> float:
         resolved, request = prepare(cfg)
         store_dir = store_dir_for(cfg)
         sweep_id = "/".join(store_dir.resolve().parts[-2:])
+        claim_sweep_dir(store_dir)  # before any GPU: one sweep writes a directory at a time
         ctx = open_context(cfg.device, sweep_id)
         ctx.guard.check(request)  # policy and device support, before any change
         store = ResultStore(store_dir)  # a corrupt store is refused here, and left as it is

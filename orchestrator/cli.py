@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -52,14 +53,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command not in commands:
         print(f"dvfs: unknown command {command!r}; commands: {', '.join(commands)}", file=sys.stderr)
         return 2
+    resume = "; every trial stored so far is kept: run the same command again to resume"
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return commands[command](rest)
     except DvfsError as e:
         print(f"dvfs {command}: error: {e}", file=sys.stderr)
         return getattr(e, "exit_code", 1)
-    except KeyboardInterrupt:
-        print(f"dvfs {command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (``_on_sigterm``)
+        how = "terminated (SIGTERM)" if _sigterm_received else "interrupted"
+        print(f"dvfs {command}: {how}" + (resume if command == "sweep" else ""), file=sys.stderr)
+        return 128 + signal.SIGTERM if _sigterm_received else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+_sigterm_received = False
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM, raised as an interrupt so that every ``finally`` runs: the guard and the pool of
+    workers restore the GPUs, the store keeps every finished trial (a library on the way up may
+    turn the exception into a plain ``KeyboardInterrupt``, hence the flag)."""
+    global _sigterm_received
+    _sigterm_received = True
+    raise KeyboardInterrupt("SIGTERM")
 
 
 # --- sweep ------------------------------------------------------------------------------------

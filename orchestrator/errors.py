@@ -7,6 +7,8 @@ Two families, because a user needs to know whose fault a failure is:
   always raised before any device setting is touched.
 - ``DeviceError``: the device or the driver refused or failed (no permission, not supported, GPU
   lost). Each carries a message that names the call, the GPU and what to do.
+- ``StorageError``: results could not be written (a full disk, an I/O error). Every trial stored
+  before is kept; the message says to free space and run the same command again (exit code 4).
 
 NVML's own error classes never travel above the NVML adapter: it maps them to these.
 """
@@ -28,6 +30,12 @@ class DeviceError(DvfsError):
     """The device or its driver refused or failed a call."""
 
     exit_code = 3
+
+
+class StorageError(DvfsError):
+    """A result could not be written where it belongs; what was stored before is kept."""
+
+    exit_code = 4
 
 
 class DevicePermissionError(DeviceError):

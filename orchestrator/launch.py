@@ -723,10 +723,17 @@ def run_jobs(
     """Run validated jobs on the pool of this machine; returns each job's objective.
 
     Raises:
-        UserError: no usable GPU, or a job refused by a GPU's policy or support.
+        UserError: no usable GPU, a job refused by a GPU's policy or support, or a store
+            directory another sweep is writing.
+        StorageError: a row could not be stored (a full disk): the workers are closed, so every
+            GPU is restored, and what was stored is kept.
     """
+    from orchestrator.store import claim_sweep_dir
+
     if not jobs:
         return []
+    for store_dir in sorted({j.store_dir for j in jobs}):  # before any GPU: one sweep per dir
+        claim_sweep_dir(store_dir)
     progress = progress or Progress(0, enabled=settings.progress)
     t0 = time.monotonic()
     selections = {j.gpus_key: j.device.get("gpus") for j in jobs}
@@ -740,7 +747,7 @@ def run_jobs(
     sup = Supervisor(pool, jobs, progress)
     try:
         objectives = sup.run()
-    except KeyboardInterrupt:
+    except BaseException:  # interrupted, or a row could not be stored: restore and stop now
         close_pool()
         raise
     dirs = " ".join(sorted({str(j.store_dir) for j in jobs}))

@@ -38,14 +38,17 @@ This module imports neither Ray nor a framework at import time.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import math
 import os
+import signal
 import socket
+import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -450,6 +453,13 @@ class GpuPool:
         if ray.is_initialized():
             return
         quiet = {"log_to_driver": self.settings.log_to_driver, "logging_level": logging.WARNING}
+        with _keeping_sigterm_handler():
+            self._init_ray(quiet)
+        self.started_ray = True
+
+    def _init_ray(self, quiet: dict[str, Any]) -> None:
+        import ray
+
         if self.settings.address is None:
             sim = self.device.get("backend") == "sim"
             ray.init(
@@ -464,7 +474,6 @@ class GpuPool:
             )
         else:
             join_ray(self.settings.address, **quiet)
-        self.started_ray = True
 
     def _worker_env(self) -> dict[str, str]:
         """Every worker's environment (on one machine also: where the sim and journal are)."""
@@ -700,6 +709,23 @@ def join_ray(address: str, **init_kwargs: Any) -> None:
         if not address.startswith("ray://"):
             maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
     ray.init(address=address, **init_kwargs)
+
+
+@contextlib.contextmanager
+def _keeping_sigterm_handler() -> Iterator[None]:
+    """Keep this process's SIGTERM handler across ``ray.init``.
+
+    ``ray.init`` replaces it (Python's with ``sys.exit``, then its core worker's C++ handler, which
+    prints a stack and aborts): ``dvfs sweep`` handles SIGTERM itself, closing the workers (each
+    restores its GPU) and keeping every stored row.
+    """
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if main and handler is not None:
+            signal.signal(signal.SIGTERM, handler)
 
 
 def kill(actor: Any) -> None:
