@@ -1,0 +1,755 @@
+"""Chaos run: a sweep on 4 simulated GPUs under faults, each at a random moment; then the ledger.
+
+    .venv/bin/python scripts/chaos.py                   # the full run: 32 faults, 4 of each kind
+    .venv/bin/python scripts/chaos.py --faults 10       # the short form CI runs (every kind once)
+    .venv/bin/python scripts/chaos.py --kinds gpu_lost --faults 1 --json out.json
+
+One ``dvfs sweep -m`` (the ``ray_gpus`` launcher, one worker per simulated GPU) runs a grid while
+this script injects, at random moments, one fault after another:
+
+============== ==============================================================================
+kind           what happens
+============== ==============================================================================
+driver_sigkill ``kill -9`` of the ``dvfs sweep`` process (sometimes while its workers start)
+driver_sigterm ``kill -TERM`` of it: it must restore every GPU itself and exit 143
+worker_sigkill ``kill -9`` of one GPU's worker actor (busy if one is)
+kernel_hang    the next kernel call on one GPU sleeps for an hour (``inject.schedule``)
+kernel_crash   the next kernel call on one GPU kills its process (a segfault, the OOM killer)
+gpu_lost       one GPU falls off the bus: NVML answers GPU_IS_LOST until it is brought back
+disk_full      the filesystem of the results store fills up (a tmpfs and a ballast file)
+two_sweeps     the same command again (same directory) and another sweep on the same GPUs
+============== ==============================================================================
+
+After a fault that ends the driver, it does what an operator would: waits for the driver's
+processes to go (killing Ray agents they orphaned), runs ``dvfs restore``, frees the disk, then
+runs the same command again into the same directory (resume). A lost GPU is brought back (a reset)
+once its worker has let go of it, and ``dvfs restore`` puts back what its failed trial left
+changed. When a sweep completes before the faults are done, the next one starts in a new
+directory. At the end it checks and prints, over every sweep:
+
+- trials expected, stored exactly once, lost (expected, not stored) and duplicated (a job stored
+  on more than one GPU, or a repeat twice);
+- rows by status, and the failed rows no injected fault explains (a spurious failure);
+- GPUs left with non-default settings, left lost, journal entries left, trials that overlapped on
+  one GPU (two sweeps must queue per GPU), and processes of this run left behind.
+
+Exit code 0 when every target holds: 0 lost, 0 duplicated, 0 unexplained failures, 0 GPUs left
+changed or lost, 0 journal entries, 0 overlapping trials, 0 processes left, and every fault had
+the effect its kind promises. ``disk_full`` needs a tmpfs mount (root); where that is refused it
+is left out, and said so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+DVFS = [sys.executable, "-m", "orchestrator.cli"]
+KINDS = (
+    "driver_sigkill",
+    "driver_sigterm",
+    "worker_sigkill",
+    "kernel_hang",
+    "kernel_crash",
+    "gpu_lost",
+    "disk_full",
+    "two_sweeps",
+)
+GPUS = 4
+TRIAL_TIMEOUT_S = 15  # hydra.launcher.timeout_s: a hung kernel becomes `timeout` after this
+MACHINE = [f"device.count={GPUS}"]
+COMMON = [
+    *MACHINE,
+    "framework=jax",
+    "workload.size=tiny",
+    "measure=quick",
+    "measure.window_s=1",
+    "measure.settle_s=0",
+    "quiet=true",
+    f"hydra.launcher.timeout_s={TRIAL_TIMEOUT_S}",
+    "hydra.launcher.max_restarts=-1",  # a chaos run kills workers on purpose: never retire for it
+]
+# Above the A100 profile's seeded stability band (thresholds lie at or below 930 MHz), so that
+# every failed row is one a fault made.
+MAIN_WORKLOADS = ("gemm", "stencil", "selu")
+MAIN_CLOCKS = tuple(range(960, 1411, 15))
+SIDE_WORKLOADS = ("stencil",)
+SIDE_CLOCKS = (1005, 1110, 1215, 1320)
+# What a failed row's error says when a fault made it (anything else is unexplained).
+EXPLAINED = {
+    "crash": ("the worker process died", "injected fault"),
+    "timeout": ("no result after",),
+    "device_error": ("fallen off the bus", "is lost", "GPU_IS_LOST", "not run: no GPU"),
+}
+
+
+# --- processes ----------------------------------------------------------------------------------
+def _ppids() -> dict[int, int]:
+    out = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                out[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid``."""
+    children = defaultdict(list)
+    for child, parent in _ppids().items():
+        children[parent].append(child)
+    found, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def processes_with_env(key: str, value: str) -> list[int]:
+    """Live processes (not this one) whose environment has ``key=value``."""
+    needle = f"{key}={value}".encode()
+    found = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == os.getpid():
+            continue
+        try:
+            if needle in (p / "environ").read_bytes().split(b"\0") and alive(int(p.name)):
+                found.append(int(p.name))
+        except OSError:
+            pass
+    return found
+
+
+def wait_for(cond: Callable[[], bool], timeout_s: float, every_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(every_s)
+    return cond()
+
+
+@dataclass
+class Driver:
+    """One ``dvfs sweep -m`` process, in a process group of its own."""
+
+    proc: subprocess.Popen
+    sweep: Sweep
+    log: Path
+    started: float = field(default_factory=time.monotonic)
+    rows_at_start: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait(self, timeout_s: float) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stderr(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def workers(self) -> list[int]:
+        """Its GPU workers (Ray actors), busy ones first."""
+        pids = [p for p in descendants(self.pid) if cmdline(p).startswith("ray::GpuWorker")]
+        return sorted(pids, key=lambda p: (".run" not in cmdline(p), p))
+
+
+# --- sweeps and their ledgers ------------------------------------------------------------------
+@dataclass
+class Sweep:
+    """One sweep directory and the grid it must end up holding."""
+
+    directory: Path
+    workloads: tuple[str, ...]
+    clocks: tuple[int, ...]
+    role: str  # "main" (faults target it) or "side" (another sweep on the same GPUs)
+
+    def command(self) -> list[str]:
+        return [
+            *DVFS,
+            "sweep",
+            "-m",
+            *COMMON,
+            f"workload={','.join(self.workloads)}",
+            f"device.sm_clock_mhz={','.join(map(str, self.clocks))}",
+            f"hydra.sweep.dir={self.directory}",
+        ]
+
+    def expected(self) -> set[tuple[str, int]]:
+        return {(w, c) for w in self.workloads for c in self.clocks}
+
+    def rows(self) -> list[dict[str, Any]]:
+        from orchestrator.store import ResultStore, StoreError
+
+        try:
+            with ResultStore(self.directory, readonly=True) as store:
+                return store.rows()
+        except StoreError:
+            return []
+
+    def ledger(self) -> dict[str, Any]:
+        """Expected, stored exactly once, lost, duplicated; rows by status."""
+        by_job: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+        rows = self.rows()
+        for r in rows:
+            by_job[(r["workload"], int(r["sm_clock_max_mhz"]))].append(r)
+        expected = self.expected()
+        once = [j for j in expected if len(by_job.get(j, [])) == 1]
+        twice = [j for j, rs in by_job.items() if len(rs) > 1]
+        return {
+            "dir": str(self.directory),
+            "role": self.role,
+            "expected": len(expected),
+            "stored_once": len(once),
+            "lost": sorted(f"{w}@{c}" for w, c in expected - set(by_job)),
+            "duplicated": sorted(f"{w}@{c}" for w, c in twice),
+            "unexpected": sorted(f"{w}@{c}" for w, c in set(by_job) - expected),
+            "statuses": dict(Counter(r["status"] for r in rows)),
+            "rows": rows,
+        }
+
+
+# --- the run ------------------------------------------------------------------------------------
+class ChaosRun:
+    """The machine, the sweeps, the faults and what each did."""
+
+    def __init__(self, root: Path, rng: random.Random, kinds: list[str], say: Callable[[str], None]):
+        self.root = root
+        self.rng = rng
+        self.say = say
+        self.state = root / "sim"
+        self.journal = self.state / "journal"
+        self.disk: Path | None = None  # the tmpfs the stores live on (for disk_full)
+        self.ballast = None
+        self.env = dict(os.environ, DVFS_SIM_STATE_DIR=str(self.state), PYTHONUNBUFFERED="1")
+        for var, sub in (("RAY_TMPDIR", "ray"), ("MPLCONFIGDIR", "mpl"), ("KERAS_HOME", "keras")):
+            self.env.setdefault(var, str(root / sub))
+            Path(self.env[var]).mkdir(parents=True, exist_ok=True)
+        os.environ["DVFS_SIM_STATE_DIR"] = str(self.state)  # this process's sim NVML: the same
+        self.t0 = time.monotonic()
+        self.sweeps: list[Sweep] = []
+        self.sides: list[tuple[Driver, Sweep]] = []
+        self.driver: Driver | None = None
+        self.faults: list[dict[str, Any]] = []
+        self.driver_starts = 0
+        self.orphans_killed = 0
+        self.restores: list[str] = []
+        self.not_run: dict[str, str] = {}
+        self.kinds = kinds
+        if "disk_full" in kinds:
+            self._mount_tmpfs()
+
+    # --- set-up and tear-down --------------------------------------------------------------
+    def _mount_tmpfs(self) -> None:
+        disk = self.root / "disk"
+        disk.mkdir(parents=True, exist_ok=True)
+        out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            self.not_run["disk_full"] = f"cannot mount a tmpfs here: {out.stderr.strip()}"
+            self.kinds = [k for k in self.kinds if k != "disk_full"]
+            return
+        self.disk = disk
+
+    def close(self) -> None:
+        for d in [self.driver, *(s for s, _ in self.sides)]:
+            if d is not None and d.alive():
+                d.proc.kill()
+                d.wait(30)
+        for pid in processes_with_env("DVFS_SIM_STATE_DIR", str(self.state)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.disk is not None:
+            subprocess.run(["umount", "-l", str(self.disk)], capture_output=True)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def _stores(self) -> Path:
+        return self.disk if self.disk is not None else self.root / "stores"
+
+    # --- sweeps ----------------------------------------------------------------------------
+    def new_main_sweep(self) -> Sweep:
+        n = sum(s.role == "main" for s in self.sweeps) + 1
+        sweep = Sweep(self._stores() / f"sweep-{n}", MAIN_WORKLOADS, MAIN_CLOCKS, "main")
+        self.sweeps.append(sweep)
+        return sweep
+
+    def start(self, sweep: Sweep) -> Driver:
+        log = self.root / "logs" / f"{sweep.directory.name}-{self.driver_starts}.err"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "w") as err:
+            proc = subprocess.Popen(sweep.command(), cwd=self.root, env=self.env,
+                                    stdout=subprocess.DEVNULL, stderr=err,
+                                    start_new_session=True)
+        self.driver_starts += 1
+        return Driver(proc, sweep, log, rows_at_start=len(sweep.rows()))
+
+    def start_main(self, sweep: Sweep) -> None:
+        self.driver = self.start(sweep)
+
+    def until_trials_flow(self, early: bool) -> None:
+        """Wait for a random moment of a running sweep (``early``: perhaps while it starts)."""
+        while True:
+            d = self.driver
+            assert d is not None
+            if not d.alive():
+                rc = d.proc.returncode
+                ledger = d.sweep.ledger()
+                if rc == 0 and not ledger["lost"]:
+                    self.say(f"{d.sweep.directory.name} is complete; the next sweep starts")
+                    self.start_main(self.new_main_sweep())
+                else:
+                    self.say(f"the driver exited with {rc} by itself: {last_line(d.stderr())}")
+                    self.recover(d, set())
+                continue
+            if early and self.rng.random() < 0.4:
+                time.sleep(self.rng.uniform(0, 12))
+                if d.alive():
+                    return
+                continue
+            if wait_for(lambda: len(d.sweep.rows()) > d.rows_at_start or not d.alive(), 180, 0.5):
+                if d.alive():
+                    time.sleep(self.rng.uniform(0, 2.5))
+                    if d.alive():
+                        return
+                continue
+            raise RuntimeError(f"no trial was stored in 180 s: {last_line(d.stderr())}")
+
+    def recover(self, d: Driver, pids: set[int]) -> dict[str, Any]:
+        """The driver has gone (or is going): clean up, restore, free the disk, resume."""
+        rc = d.wait(120)
+        if rc is None:
+            d.proc.kill()
+            rc = d.wait(30)
+        wait_for(lambda: not any(alive(p) for p in pids), 5)
+        orphans = [p for p in pids if alive(p)]  # Ray agents a killed driver leaves behind
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(d.pid, signal.SIGKILL)
+        for p in orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+        gone = wait_for(lambda: not any(alive(p) for p in pids), 30)
+        self.orphans_killed += len(orphans)
+        left_by_driver = len(self.journal_entries())
+        restored = self.dvfs_restore()
+        self.free_disk()
+        clean = None
+        if not any(s.alive() for s, _ in self.sides):  # nothing else may hold a GPU now
+            clean = not self.changed_gpus() and not self.journal_entries()
+        self.start_main(d.sweep)
+        return {"driver_rc": rc, "workers_gone": gone, "orphans_killed": len(orphans),
+                "journal_left_by_driver": left_by_driver, "restore": restored,
+                "clean_after_restore": clean}
+
+    def dvfs_restore(self) -> str:
+        out = subprocess.run([*DVFS, "restore", *MACHINE], cwd=self.root, env=self.env,
+                             capture_output=True, text=True, timeout=120)
+        text = (out.stdout + out.stderr).strip()
+        self.restores.append(text)
+        if out.returncode != 0:
+            raise RuntimeError(f"dvfs restore failed ({out.returncode}): {text}")
+        return last_line(text)
+
+    # --- the machine -----------------------------------------------------------------------
+    def uuids(self) -> list[str]:
+        gpus = json.loads((self.state / "machine.json").read_text())["gpus"]
+        return [g["uuid"] for g in gpus]
+
+    def gpu_state(self, index: int) -> dict[str, Any]:
+        return json.loads((self.state / f"gpu-{index}.json").read_text())
+
+    def changed_gpus(self) -> list[str]:
+        """GPUs not at their defaults (locked clocks, power limit, offset) or still lost."""
+        from orchestrator.devices.sim.profile import load_profile
+
+        machine = json.loads((self.state / "machine.json").read_text())
+        changed = []
+        for i, gpu in enumerate(machine["gpus"]):
+            s = self.gpu_state(i)
+            default_w = load_profile(gpu.get("profile", "a100_sxm4_40gb")).power_limit_default_w
+            what = [k for k, bad in (
+                ("sm clock locked", s["locked_sm_mhz"] is not None),
+                ("memory clock locked", s["locked_mem_mhz"] is not None),
+                (f"power limit {s['power_limit_w']} W", abs(s["power_limit_w"] - default_w) > 0.5),
+                (f"offset {s['offset_mhz']} MHz", s["offset_mhz"] != 0),
+                ("lost", s["lost"]),
+            ) if bad]
+            if what:
+                changed.append(f"gpu{i} ({', '.join(what)})")
+        return changed
+
+    def journal_entries(self) -> list[str]:
+        return sorted(p.stem for p in self.journal.glob("*.json")) if self.journal.exists() else []
+
+    def set_lost(self, uuid: str, lost: bool) -> None:
+        from orchestrator.devices.sim import nvml as sim
+
+        sim.nvmlInit()
+        try:
+            sim.simDeviceSetLost(sim.nvmlDeviceGetHandleByUUID(uuid), lost)
+        finally:
+            sim.nvmlShutdown()
+
+    def is_leased(self, uuid: str) -> bool:
+        from orchestrator.guard import Journal
+
+        return Journal(self.journal).is_leased(uuid)
+
+    def fill_disk(self) -> int:
+        assert self.disk is not None
+        fd = os.open(self.disk / "ballast", os.O_WRONLY | os.O_CREAT, 0o600)
+        written = 0
+        try:
+            for chunk in (1 << 20, 1 << 16, 1 << 12, 1 << 9, 1):
+                block = b"\0" * chunk
+                with contextlib.suppress(OSError):
+                    while True:
+                        written += os.write(fd, block)
+        finally:
+            os.close(fd)
+        return written
+
+    def free_disk(self) -> None:
+        if self.disk is not None:
+            (self.disk / "ballast").unlink(missing_ok=True)
+
+
+def last_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+# --- the faults -------------------------------------------------------------------------------
+def fault_driver_sigkill(run: ChaosRun) -> dict[str, Any]:
+    d = run.driver
+    pids = descendants(d.pid)
+    os.kill(d.pid, signal.SIGKILL)
+    rec = run.recover(d, pids)
+    return {"target": f"driver pid {d.pid}", **rec, "ok": rec["driver_rc"] == -signal.SIGKILL}
+
+
+def fault_driver_sigterm(run: ChaosRun) -> dict[str, Any]:
+    d = run.driver
+    pids = descendants(d.pid)
+    os.kill(d.pid, signal.SIGTERM)
+    rc = d.wait(120)
+    journal = run.journal_entries()  # before anyone else restores: what the driver left
+    rec = run.recover(d, pids)
+    said = "terminated (SIGTERM)" in d.stderr()
+    return {"target": f"driver pid {d.pid}", **rec, "journal_left_by_driver": len(journal),
+            "ok": rc == 128 + signal.SIGTERM and said and not journal}
+
+
+def fault_worker_sigkill(run: ChaosRun) -> dict[str, Any]:
+    d = run.driver
+    workers = d.workers()
+    if not workers:
+        return {"target": "no worker yet", "ok": False}
+    pid = workers[0] if run.rng.random() < 0.8 else run.rng.choice(workers)
+    busy = ".run" in cmdline(pid)
+    os.kill(pid, signal.SIGKILL)
+    replaced = wait_for(lambda: not d.alive() or "starting a new worker" in d.stderr()
+                        or not busy, 60)
+    return {"target": f"worker pid {pid} ({'busy' if busy else 'idle'})", "ok": replaced}
+
+
+def _schedule(run: ChaosRun, action: dict[str, Any], rows: str) -> dict[str, Any]:
+    from orchestrator import inject
+
+    d = run.driver
+    uuid = run.rng.choice(run.uuids())
+    before = Counter(r["status"] for r in d.sweep.rows())[rows]
+    inject.schedule(run.state, uuid, action)
+    limit = TRIAL_TIMEOUT_S + 60
+    fired = wait_for(lambda: not inject.pending(run.state, uuid) or not d.alive(), 120)
+    effect = wait_for(lambda: Counter(r["status"] for r in d.sweep.rows())[rows] > before
+                      or not d.alive(), limit)
+    return {"target": f"gpu {run.uuids().index(uuid)} ({uuid})", "fired": fired,
+            "ok": fired and effect and d.alive()}
+
+
+def fault_kernel_hang(run: ChaosRun) -> dict[str, Any]:
+    return _schedule(run, {"hang_s": 3600}, "timeout")
+
+
+def fault_kernel_crash(run: ChaosRun) -> dict[str, Any]:
+    return _schedule(run, {"exit_process": True}, "crash")
+
+
+def fault_gpu_lost(run: ChaosRun) -> dict[str, Any]:
+    d = run.driver
+    uuids = run.uuids()
+    uuid = run.rng.choice(uuids)
+    run.set_lost(uuid, True)
+    # Its worker finds out at its next NVML call and is retired (its lease freed), or the sweep
+    # ends first; then the GPU is reset (brought back) and `dvfs restore` puts back what the
+    # trial it failed in left changed.
+    let_go = wait_for(lambda: not run.is_leased(uuid) or not d.alive(), 120, 0.5)
+    retired = "retired" in d.stderr() and uuid in d.stderr()
+    run.set_lost(uuid, False)
+    restored = run.dvfs_restore()
+    return {"target": f"gpu {uuids.index(uuid)} ({uuid})", "retired": retired,
+            "restore": restored, "ok": let_go}
+
+
+def fault_disk_full(run: ChaosRun) -> dict[str, Any]:
+    d = run.driver
+    pids = descendants(d.pid)
+    filled = run.fill_disk()
+    rc = d.wait(120)
+    said = "free space, then run the same command again" in d.stderr()
+    rec = run.recover(d, pids)
+    return {"target": f"{run.disk} ({filled} bytes of ballast)", **rec,
+            "ok": rc == 4 and said and rec["journal_left_by_driver"] == 0}
+
+
+def fault_two_sweeps(run: ChaosRun) -> dict[str, Any]:
+    d = run.driver
+    same = run.start(d.sweep)  # the same command, the same directory, at once
+    n = len(run.sides) + 1
+    side = Sweep(run._stores() / f"other-{n}", SIDE_WORKLOADS, SIDE_CLOCKS, "side")
+    run.sweeps.append(side)
+    run.sides.append((run.start(side), side))
+    rc = same.wait(120)
+    refused = rc == 2 and "is being written by another sweep" in same.stderr()
+    return {"target": f"{d.sweep.directory.name} again and {side.directory.name}",
+            "same_dir_rc": rc, "ok": refused}
+
+
+FAULTS: dict[str, Callable[[ChaosRun], dict[str, Any]]] = {
+    "driver_sigkill": fault_driver_sigkill,
+    "driver_sigterm": fault_driver_sigterm,
+    "worker_sigkill": fault_worker_sigkill,
+    "kernel_hang": fault_kernel_hang,
+    "kernel_crash": fault_kernel_crash,
+    "gpu_lost": fault_gpu_lost,
+    "disk_full": fault_disk_full,
+    "two_sweeps": fault_two_sweeps,
+}
+EARLY = ("driver_sigkill", "driver_sigterm")  # may strike while the workers start
+
+
+# --- the end ------------------------------------------------------------------------------------
+def finish(run: ChaosRun) -> None:
+    """Let the last sweep and the side sweeps run to their end (resuming after a stray death)."""
+    from orchestrator import inject
+
+    for _ in range(5):
+        d = run.driver
+        rc = d.wait(900)
+        if rc == 0:
+            break
+        run.say(f"the driver ended with {rc} after the last fault: {last_line(d.stderr())}")
+        run.recover(d, descendants(d.pid))
+    for uuid in run.uuids():  # a scheduled fault the last trials never reached
+        if inject.pending(run.state, uuid):
+            run.say(f"a scheduled fault for {uuid} never fired; removed")
+            (run.state / "inject" / f"next-{uuid}.json").unlink(missing_ok=True)
+    for side, sweep in run.sides:
+        rc = side.wait(900)
+        if rc != 0:
+            run.say(f"{sweep.directory.name} ended with {rc}: {last_line(side.stderr())}")
+
+
+def overlaps(rows: list[dict[str, Any]]) -> int:
+    """Pairs of trials that ran on one GPU at the same time (over every sweep's rows)."""
+    spans = defaultdict(list)
+    for r in rows:
+        launch = r.get("launch") or {}
+        if launch.get("trial_started_at") is not None:
+            spans[r["device_uuid"]].append((launch["trial_started_at"], launch["trial_ended_at"]))
+    n = 0
+    for s in spans.values():
+        s.sort()
+        n += sum(1 for (_, end), (start, _) in zip(s, s[1:]) if start < end)
+    return n
+
+
+def unexplained(rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for r in rows:
+        if r["status"] == "ok":
+            continue
+        signs = EXPLAINED.get(r["status"], ())
+        if not any(s in (r.get("error") or "") for s in signs):
+            out.append(f"{r['workload']}@{r['sm_clock_max_mhz']}: {r['status']}: "
+                       f"{(r.get('error') or '')[:160]}")
+    return out
+
+
+def processes_left(run: ChaosRun) -> list[int]:
+    """Processes of this run still alive once every sweep has ended (Ray's take a moment)."""
+    wait_for(lambda: not processes_with_env("DVFS_SIM_STATE_DIR", str(run.state)), 30, 0.5)
+    return processes_with_env("DVFS_SIM_STATE_DIR", str(run.state))
+
+
+def ledger(run: ChaosRun) -> dict[str, Any]:
+    sweeps = [s.ledger() for s in run.sweeps]
+    rows = [r for s in sweeps for r in s.pop("rows")]
+    failing_kinds = Counter(f["kind"] for f in run.faults)
+    can_fail = sum(failing_kinds[k] for k in ("worker_sigkill", "kernel_hang", "kernel_crash",
+                                              "gpu_lost"))
+    statuses = Counter(r["status"] for r in rows)
+    failed = sum(n for s, n in statuses.items() if s != "ok")
+    totals = {
+        "faults": len(run.faults),
+        "faults_by_kind": dict(failing_kinds),
+        "faults_without_effect": [f"#{f['n']} {f['kind']}" for f in run.faults if not f["ok"]],
+        "sweeps": len(sweeps),
+        "driver_starts": run.driver_starts,
+        "expected": sum(s["expected"] for s in sweeps),
+        "stored_once": sum(s["stored_once"] for s in sweeps),
+        "lost": sum(len(s["lost"]) for s in sweeps),
+        "duplicated": sum(len(s["duplicated"]) for s in sweeps),
+        "unexpected": sum(len(s["unexpected"]) for s in sweeps),
+        "rows_by_status": dict(statuses),
+        "failed_rows": failed,
+        "failed_rows_faults_could_make": can_fail,
+        "unexplained_failed_rows": unexplained(rows),
+        "gpus_left_changed": run.changed_gpus(),
+        "journal_entries_left": run.journal_entries(),
+        "overlapping_trials": overlaps(rows),
+        "processes_left": len(processes_left(run)),
+        "orphans_killed": run.orphans_killed,
+        "kinds_not_run": run.not_run,
+    }
+    met = (totals["lost"] == 0 and totals["duplicated"] == 0 and totals["unexpected"] == 0
+           and not totals["unexplained_failed_rows"] and failed <= can_fail
+           and not totals["gpus_left_changed"] and not totals["journal_entries_left"]
+           and totals["overlapping_trials"] == 0 and totals["processes_left"] == 0
+           and not totals["faults_without_effect"])
+    return {"sweeps": sweeps, "totals": totals, "targets_met": met}
+
+
+def summary(result: dict[str, Any]) -> str:
+    t = result["totals"]
+    by_kind = ", ".join(f"{k} {n}" for k, n in sorted(t["faults_by_kind"].items()))
+    statuses = ", ".join(f"{k} {n}" for k, n in sorted(t["rows_by_status"].items()))
+    lines = [
+        f"chaos: {t['faults']} faults ({by_kind}) over {t['sweeps']} sweeps, "
+        f"{t['driver_starts']} driver starts, {result['wall_s']:.0f} s",
+        f"  trials expected {t['expected']} | stored exactly once {t['stored_once']} | "
+        f"lost {t['lost']} | duplicated {t['duplicated']}",
+        f"  rows: {statuses}; failed rows no fault explains: {len(t['unexplained_failed_rows'])} "
+        f"(at most {t['failed_rows_faults_could_make']} could fail, {t['failed_rows']} did)",
+        f"  GPUs left changed or lost: {len(t['gpus_left_changed'])} | journal entries left: "
+        f"{len(t['journal_entries_left'])} | trials overlapping on a GPU: "
+        f"{t['overlapping_trials']} | processes left: {t['processes_left']} "
+        f"(Ray agents orphaned by killed drivers, cleaned: {t['orphans_killed']})",
+        f"  faults without their effect: {len(t['faults_without_effect'])} "
+        f"{' '.join(t['faults_without_effect'])}".rstrip(),
+    ]
+    if t["kinds_not_run"]:
+        lines.append(f"  not run: {t['kinds_not_run']}")
+    lines.append(f"  targets {'met' if result['targets_met'] else 'NOT met'}")
+    return "\n".join(lines)
+
+
+# --- main ---------------------------------------------------------------------------------------
+def schedule_of(kinds: list[str], n: int, rng: random.Random) -> list[str]:
+    """``n`` faults, every kind as often as the others (within one), in random order."""
+    plan = [kinds[i % len(kinds)] for i in range(n)]
+    rng.shuffle(plan)
+    return plan
+
+
+def run_chaos(root: Path, faults: int, kinds: list[str], seed: int,
+              say: Callable[[str], None]) -> dict[str, Any]:
+    rng = random.Random(seed)
+    run = ChaosRun(root, rng, kinds, say)
+    try:
+        plan = schedule_of(run.kinds, faults, rng)
+        say(f"{len(plan)} faults on {GPUS} simulated GPUs, seed {seed}; working in {root}")
+        run.start_main(run.new_main_sweep())
+        for n, kind in enumerate(plan, 1):
+            run.until_trials_flow(early=kind in EARLY)
+            at = run.now()
+            record = {"n": n, "kind": kind, "at_s": round(at, 1), **FAULTS[kind](run)}
+            record["took_s"] = round(run.now() - at, 1)
+            run.faults.append(record)
+            say(f"fault {n}/{len(plan)} {kind} at {at:.1f} s: {record['target']}"
+                f"{'' if record['ok'] else ' (NO EFFECT SEEN)'}")
+        finish(run)
+        result = ledger(run)
+    finally:
+        run.close()
+    result["faults"] = run.faults
+    result["restores"] = run.restores
+    result["wall_s"] = run.now()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--faults", type=int, default=32, help="how many faults (default 32)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated fault kinds")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the kinds' order and moments")
+    parser.add_argument("--dir", type=Path, help="work here (default: a new temporary directory)")
+    parser.add_argument("--json", type=Path, help="also write the full result here")
+    args = parser.parse_args(argv)
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown or not kinds or args.faults < 1:
+        parser.error(f"--kinds must name some of {', '.join(KINDS)} (unknown: {unknown}) and "
+                     f"--faults be 1 or more")
+    root = (args.dir or Path(tempfile.mkdtemp(prefix="dvfs-chaos-"))).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+
+    def say(text: str) -> None:
+        print(f"chaos: {text}", flush=True)
+
+    result = run_chaos(root, args.faults, kinds, args.seed, say)
+    print(summary(result), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1, default=str))
+    return 0 if result["targets_met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
