@@ -87,6 +87,7 @@ class LaunchSettings:
     resources: dict[str, float] = field(default_factory=dict)  # custom Ray resources per worker
     log_to_driver: bool = False  # forward workers' stdout/stderr to this terminal
     progress: bool = True  # the live progress line on stderr
+    dashboard: bool = False  # a local Ray's web dashboard, on 127.0.0.1:8265 (off unless asked)
 
     @classmethod
     def from_mapping(cls, m: Any) -> LaunchSettings:

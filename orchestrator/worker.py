@@ -65,6 +65,7 @@ WORKER_ENV = {
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
 SIM_STATE_ENV = "DVFS_SIM_STATE_DIR"
+LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine, loopback mode
 
 
 def pci_order_key(pci_bus_id: str) -> tuple[int, ...]:
@@ -458,6 +459,14 @@ class GpuPool:
         self.started_ray = True
 
     def _init_ray(self, quiet: dict[str, Any]) -> None:
+        """Start a local Ray instance, or join the cluster at ``address``.
+
+        A local instance listens on loopback only (see ``start``), its web dashboard is off (on,
+        with ``hydra.launcher.dashboard=true``, at 127.0.0.1:8265), and every call to it needs the
+        token Ray keeps in ``~/.ray/auth_token`` (token authentication, Ray's default for a local
+        instance since 2.59; ``RAY_AUTH_MODE=disabled`` in the user's environment turns it off,
+        nothing here does).
+        """
         import ray
 
         if self.settings.address is None:
@@ -467,9 +476,8 @@ class GpuPool:
                 num_gpus=int(self.device.get("count") or 1)
                 if sim
                 else None,  # one per simulated GPU
-                include_dashboard=False,
+                include_dashboard=bool(self.settings.dashboard),
                 dashboard_host="127.0.0.1",
-                _node_ip_address="127.0.0.1",  # GCS, raylet and object store on loopback only
                 **quiet,
             )
         else:
@@ -523,11 +531,24 @@ class GpuPool:
         Raises:
             UserError: no GPU in the cluster, none selected, or two workers on one GPU.
         """
-        import ray
+        # A local instance is one machine: in Ray's single-machine mode its node address is
+        # 127.0.0.1, so every server it starts listens on loopback only (``ray.init`` turns a
+        # ``_node_ip_address`` of 127.0.0.1 into the machine's public address). Ray reads the
+        # variable when it is first imported, and the processes ``ray.init`` starts inherit it;
+        # it is then taken out again, so that a later ``ray start`` of this process's children
+        # may still join a cluster. A user's own value wins.
+        local_only = self.settings.address is None and LOCAL_ONLY_ENV not in os.environ
+        if local_only:
+            os.environ[LOCAL_ONLY_ENV] = "0"
+        try:
+            import ray
 
-        if self.settings.address is None and self.device.get("backend") == "sim":
-            self._create_local_sim()
-        self._ensure_ray()
+            if self.settings.address is None and self.device.get("backend") == "sim":
+                self._create_local_sim()
+            self._ensure_ray()
+        finally:
+            if local_only:
+                os.environ.pop(LOCAL_ONLY_ENV, None)
         if self.started_ray:
             atexit.register(close_pool)  # after ray.init's own: runs before Ray shuts down
         total = int(ray.cluster_resources().get("GPU", 0))

@@ -387,6 +387,10 @@ class ChaosRun:
                 "journal_left_by_driver": left_by_driver, "restore": restored,
                 "clean_after_restore": clean}
 
+    def rows_with(self, status: str) -> int:
+        """Rows of this status in every sweep so far."""
+        return sum(1 for sweep in self.sweeps for r in sweep.rows() if r["status"] == status)
+
     def dvfs_restore(self) -> str:
         out = subprocess.run([*DVFS, "restore", *MACHINE], cwd=self.root, env=self.env,
                              capture_output=True, text=True, timeout=120)
@@ -493,25 +497,33 @@ def fault_worker_sigkill(run: ChaosRun) -> dict[str, Any]:
         return {"target": "no worker yet", "ok": False}
     pid = workers[0] if run.rng.random() < 0.8 else run.rng.choice(workers)
     busy = ".run" in cmdline(pid)
+    news = d.stderr().count("starting a new worker")
     os.kill(pid, signal.SIGKILL)
-    replaced = wait_for(lambda: not d.alive() or "starting a new worker" in d.stderr()
-                        or not busy, 60)
-    return {"target": f"worker pid {pid} ({'busy' if busy else 'idle'})", "ok": replaced}
+    # The supervisor sees the death at once if the worker was busy, else at its next job (or at
+    # the end of the sweep, when there is none left).
+    replaced = wait_for(lambda: d.stderr().count("starting a new worker") > news
+                        or not d.alive(), 60)
+    return {"target": f"worker pid {pid} ({'busy' if busy else 'idle'})",
+            "ok": replaced and (d.alive() or d.proc.returncode == 0)}
 
 
-def _schedule(run: ChaosRun, action: dict[str, Any], rows: str) -> dict[str, Any]:
+def _schedule(run: ChaosRun, action: dict[str, Any], status: str) -> dict[str, Any]:
+    """Schedule ``action`` on a random GPU; wait until a kernel call takes it and its row is in."""
     from orchestrator import inject
 
-    d = run.driver
     uuid = run.rng.choice(run.uuids())
-    before = Counter(r["status"] for r in d.sweep.rows())[rows]
+    before = run.rows_with(status)
     inject.schedule(run.state, uuid, action)
-    limit = TRIAL_TIMEOUT_S + 60
-    fired = wait_for(lambda: not inject.pending(run.state, uuid) or not d.alive(), 120)
-    effect = wait_for(lambda: Counter(r["status"] for r in d.sweep.rows())[rows] > before
-                      or not d.alive(), limit)
+    deadline = time.monotonic() + 300
+    while inject.pending(run.state, uuid) and time.monotonic() < deadline:
+        d = run.driver
+        wait_for(lambda: not inject.pending(run.state, uuid) or not d.alive(), 60)
+        if inject.pending(run.state, uuid) and not d.alive():
+            run.until_trials_flow(early=False)  # the sweep ended first: the next one takes it
+    fired = not inject.pending(run.state, uuid)
+    effect = wait_for(lambda: run.rows_with(status) > before, TRIAL_TIMEOUT_S + 60)
     return {"target": f"gpu {run.uuids().index(uuid)} ({uuid})", "fired": fired,
-            "ok": fired and effect and d.alive()}
+            "ok": fired and effect}
 
 
 def fault_kernel_hang(run: ChaosRun) -> dict[str, Any]:
@@ -526,12 +538,13 @@ def fault_gpu_lost(run: ChaosRun) -> dict[str, Any]:
     d = run.driver
     uuids = run.uuids()
     uuid = run.rng.choice(uuids)
+    retirements = d.stderr().count(f"({uuid}) retired")
     run.set_lost(uuid, True)
     # Its worker finds out at its next NVML call and is retired (its lease freed), or the sweep
     # ends first; then the GPU is reset (brought back) and `dvfs restore` puts back what the
     # trial it failed in left changed.
     let_go = wait_for(lambda: not run.is_leased(uuid) or not d.alive(), 120, 0.5)
-    retired = "retired" in d.stderr() and uuid in d.stderr()
+    retired = d.stderr().count(f"({uuid}) retired") > retirements
     run.set_lost(uuid, False)
     restored = run.dvfs_restore()
     return {"target": f"gpu {uuids.index(uuid)} ({uuid})", "retired": retired,
@@ -744,6 +757,7 @@ def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(f"chaos: {text}", flush=True)
 
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # clean up on SIGTERM as on ^C
     result = run_chaos(root, args.faults, kinds, args.seed, say)
     print(summary(result), flush=True)
     if args.json:

@@ -40,6 +40,7 @@ class RayGpusLauncherConf:
     resources: Dict[str, float] = field(default_factory=dict)  # custom Ray resources per worker
     log_to_driver: bool = False  # show the workers' stdout/stderr here
     progress: bool = True  # the live progress line on stderr
+    dashboard: bool = False  # a local Ray's web dashboard on 127.0.0.1:8265 (off unless asked)
 
 
 ConfigStore.instance().store(

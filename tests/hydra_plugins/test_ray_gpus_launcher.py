@@ -41,6 +41,7 @@ def test_ray_gpus_is_discovered_and_is_the_default_multirun_launcher():
     assert list(launcher.placement) == ["GPU-aaaa-1", "GPU-bbbb-2"]
     assert launcher.address is None and launcher.timeout_s is None and launcher.num_cpus == 0
     assert launcher.max_restarts == 5 and launcher.lease_wait_s is None and launcher.progress
+    assert launcher.dashboard is False  # off unless asked
 
 
 def test_importing_the_plugin_imports_no_ray():
@@ -106,3 +107,112 @@ def test_a_bad_launcher_setting_exits_2(sim_dir, tmp_path):
     assert (
         "hydra.launcher.placement='somewhere' is not one of: any, every, [GPU UUIDs]" in proc.stderr
     )
+
+
+def _listening_ports(pids: set[int]) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket these processes listen on (from /proc)."""
+    import ipaddress
+    import os
+    from pathlib import Path
+
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except OSError:
+            pass
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, _, state, *_, inode = line.split()[1:10]
+            if state != "0A" or inode not in inodes:  # 0A: LISTEN
+                continue
+            hex_ip, hex_port = local.split(":")
+            raw = bytes.fromhex(hex_ip)
+            # /proc prints each 32-bit word of the address in host (little-endian) order
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            ip = ipaddress.ip_address(raw)
+            ip = getattr(ip, "ipv4_mapped", None) or ip  # ::ffff:127.0.0.1 is 127.0.0.1
+            found.add((str(ip), int(hex_port, 16)))
+    return found
+
+
+def _descendants(pid: int) -> set[int]:
+    from pathlib import Path
+
+    parent = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                parent[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, todo = {pid}, [pid]
+    while todo:
+        here = todo.pop()
+        for child, up in parent.items():
+            if up == here and child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+@pytest.mark.slow
+def test_the_local_ray_a_sweep_starts_listens_on_loopback_only_with_no_dashboard(sim_dir, tmp_path):
+    """Every socket the sweep's own Ray listens on (GCS, raylet, workers, agents) is bound to
+    loopback; there is no web dashboard; and its GCS refuses a call without Ray's token."""
+    import os
+    import signal
+    import socket
+
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    from orchestrator.store import ResultStore
+
+    d = tmp_path / "sweep"
+    env = dict(os.environ, DVFS_SIM_STATE_DIR=str(sim_dir))
+    for var in ("RAY_AUTH_MODE", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"):
+        env.pop(var, None)
+    proc = subprocess.Popen(
+        [*DVFS, "sweep", "-m", "device.count=2", *QUICK, "measure.window_s=3",
+         "device.sm_clock_mhz=range(960,1411,15)", f"hydra.sweep.dir={d}"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (d / "trials.sqlite").exists():
+                with ResultStore(d, readonly=True) as store:
+                    if len(store):
+                        break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        tree = _descendants(proc.pid)
+        ports = _listening_ports(tree)
+        gcs = {port for _, port in _listening_ports({p for p in tree if "gcs_server" in _cmd(p)})}
+        assert ports and len(gcs) == 1
+        assert all(addr in ("127.0.0.1", "::1") for addr, _ in ports), ports
+        with pytest.raises(OSError):  # no web dashboard
+            socket.create_connection(("127.0.0.1", 8265), timeout=2).close()
+        channel = grpc.insecure_channel(f"127.0.0.1:{gcs.pop()}")
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.GetAllNodeInfo(gcs_service_pb2.GetAllNodeInfoRequest(), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        channel.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=120)
+    assert proc.returncode == 143
+
+
+def _cmd(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""

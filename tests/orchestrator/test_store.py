@@ -230,3 +230,66 @@ def test_a_store_opened_by_file_path_is_the_same_store(tmp_path):
     with ResultStore(tmp_path / STORE_FILENAME, readonly=True) as ro:
         assert ro.keys() == {("a", 0)}
     assert time.monotonic() - t0 < 5
+
+
+# --- a full disk ---------------------------------------------------------------------------------
+def test_a_full_store_is_a_storage_error_that_keeps_every_row_and_says_how_to_resume(tmp_path):
+    """SQLite's SQLITE_FULL, as a full disk gives it, made by capping the file's page count."""
+    from orchestrator.errors import StorageError
+
+    with ResultStore(tmp_path) as store:
+        for i in range(20):
+            store.put(row(f"k{i}", payload="x" * 3000))
+        pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+        store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store._conn.execute(f"PRAGMA max_page_count = {pages}")
+        with pytest.raises(StorageError) as info:
+            for i in range(20, 200):
+                store.put(row(f"k{i}", payload="x" * 3000))
+        assert not isinstance(info.value, UserError)  # the machine's fault, not the input's
+        assert info.value.exit_code == 4
+        text = str(info.value)
+        assert "database or disk is full" in text and str(store.path) in text
+        assert "every trial stored before is kept" in text and "run the same command again" in text
+        stored = len(store)
+    with ResultStore(tmp_path) as again:  # space freed (a new connection has no cap): resume
+        assert len(again) == stored >= 20
+        assert again.put(row("after"))
+
+
+# --- one sweep per directory ---------------------------------------------------------------------
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from orchestrator.store import claim_sweep_dir
+    claim_sweep_dir(sys.argv[1])
+    print("held", flush=True)
+    time.sleep(600)
+""")
+
+
+def test_a_sweep_directory_is_claimed_by_one_process_until_it_dies(tmp_path):
+    from orchestrator.store import SweepDirBusyError, claim_sweep_dir, release_sweep_dirs
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(SweepDirBusyError) as info:
+            claim_sweep_dir(tmp_path)
+        assert isinstance(info.value, UserError)  # refused like bad input: exit 2, one line
+        text = str(info.value)
+        assert f"pid {holder.pid} on" in text and "another hydra.sweep.dir" in text
+        assert "\n" not in text
+    finally:
+        holder.kill()  # kill -9: the OS drops the lock
+        holder.wait(timeout=10)
+    claim_sweep_dir(tmp_path)  # a resume after the crash is never refused
+    claim_sweep_dir(tmp_path)  # and a claim this process holds is a no-op
+    release_sweep_dirs()
+    again = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert again.stdout is not None and again.stdout.readline().strip() == "held"  # released
+    finally:
+        again.kill()
+        again.wait(timeout=10)

@@ -94,3 +94,46 @@ def test_a_sweep_killed_midway_resumes_into_the_same_directory(tmp_path):
     keys = [(r["trial_key"], r["repeat"]) for r in rows]
     assert len(rows) == 18 and len(set(keys)) == 18
     assert sorted(r["sm_clock_max_mhz"] for r in rows) == list(range(900, 1411, 30))
+
+
+def test_a_second_sweep_into_a_running_sweeps_directory_is_refused_and_sigterm_restores(tmp_path):
+    """The same command twice at once: the second is one line and exit 2, touching nothing; then
+    SIGTERM stops the first, which restores its GPU (no journal entry, no `dvfs restore`) and
+    exits 143, and the same command resumes it."""
+    import json
+
+    sweep_dir = tmp_path / "sweep"
+    args = [*DVFS, *GRID, f"hydra.sweep.dir={sweep_dir}"]
+    first = subprocess.Popen(args, cwd=tmp_path, env=env_for(tmp_path), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    stored = 0
+    while time.time() < deadline and stored < 3:
+        time.sleep(0.5)
+        if (sweep_dir / "trials.sqlite").exists():
+            with ResultStore(sweep_dir, readonly=True) as store:
+                stored = len(store)
+    assert stored >= 3, first.stderr.read() if first.poll() is not None else "too slow"
+
+    second = subprocess.run(args, cwd=tmp_path, env=env_for(tmp_path), capture_output=True,
+                            text=True, timeout=120)
+    assert second.returncode == 2, second.stderr
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is being written by another sweep" in lines[0], second.stderr
+    assert f"pid {first.pid} on" in lines[0] and "Traceback" not in second.stderr
+    assert second.stdout.count("#0: ok") == 0  # it ran no trial
+
+    first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=60)
+    assert first.returncode == 143, err
+    assert "dvfs sweep: terminated (SIGTERM); every trial stored so far is kept" in err
+    assert not list((tmp_path / "sim" / "journal").glob("*.json"))  # restored by itself
+    gpu = json.loads((tmp_path / "sim" / "gpu-0.json").read_text())
+    assert gpu["locked_sm_mhz"] is None and gpu["power_limit_w"] == 400
+
+    rerun = subprocess.run(args, cwd=tmp_path, env=env_for(tmp_path), capture_output=True,
+                           text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    with ResultStore(sweep_dir, readonly=True) as store:
+        rows = store.rows()
+    assert sorted(r["sm_clock_max_mhz"] for r in rows) == list(range(900, 1411, 30))

@@ -1,0 +1,122 @@
+"""``scripts/chaos.py`` in its short form: 10 faults, every kind at least once, on 4 simulated GPUs.
+
+One chaos run (a few minutes) serves the module: each fault kind has its own test of what that
+fault must leave behind (its rows, the GPUs' settings, the journal), and one test holds the run's
+end state to the targets: nothing lost, nothing stored twice, nothing left changed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from support import REPO
+
+pytestmark = pytest.mark.slow
+
+FAULTS = 10
+SEED = 3
+
+
+@pytest.fixture(scope="module")
+def chaos(tmp_path_factory):
+    """The short chaos run's result (``--json``), and its printed summary."""
+    root = tmp_path_factory.mktemp("chaos")
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "chaos.py"), "--faults", str(FAULTS),
+         "--seed", str(SEED), "--dir", str(root / "work"), "--json", str(root / "chaos.json")],
+        capture_output=True, text=True, timeout=1800,
+    )
+    assert (root / "chaos.json").exists(), out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads((root / "chaos.json").read_text())
+    result["stdout"], result["returncode"] = out.stdout, out.returncode
+    return result
+
+
+def faults_of(chaos, kind):
+    found = [f for f in chaos["faults"] if f["kind"] == kind]
+    if not found and kind in chaos["totals"]["kinds_not_run"]:
+        pytest.skip(f"{kind} was not run here: {chaos['totals']['kinds_not_run'][kind]}")
+    assert found, f"no {kind} fault in the run"
+    return found
+
+
+def rows_with(chaos, status):
+    """How many rows of every sweep have this status."""
+    return sum(s["statuses"].get(status, 0) for s in chaos["sweeps"])
+
+
+def test_the_run_meets_every_target_and_says_so(chaos):
+    t = chaos["totals"]
+    assert chaos["returncode"] == 0, chaos["stdout"][-3000:]
+    assert chaos["targets_met"] is True
+    assert t["faults"] == FAULTS and len(t["faults_by_kind"]) + len(t["kinds_not_run"]) == 8
+    assert t["expected"] == t["stored_once"] > 0
+    assert t["lost"] == t["duplicated"] == t["unexpected"] == 0
+    assert t["unexplained_failed_rows"] == []
+    assert t["failed_rows"] <= t["failed_rows_faults_could_make"]
+    assert t["gpus_left_changed"] == [] and t["journal_entries_left"] == []
+    assert t["overlapping_trials"] == 0 and t["processes_left"] == 0
+    assert t["faults_without_effect"] == []
+    summary = chaos["stdout"]
+    assert f"stored exactly once {t['stored_once']} | lost 0 | duplicated 0" in summary
+    assert "targets met" in summary
+
+
+def test_a_killed_driver_is_restored_by_dvfs_restore_and_resumed(chaos):
+    for f in faults_of(chaos, "driver_sigkill"):
+        assert f["driver_rc"] == -9 and f["workers_gone"]
+        assert f["clean_after_restore"] in (True, None)  # None: another sweep held the GPUs
+        assert f["restore"].startswith(("nothing to restore", "restored"))
+    assert chaos["totals"]["driver_starts"] > len(chaos["sweeps"])  # resumed, not started over
+
+
+def test_a_terminated_driver_restores_every_gpu_itself_and_exits_143(chaos):
+    for f in faults_of(chaos, "driver_sigterm"):
+        assert f["driver_rc"] == 143
+        assert f["journal_left_by_driver"] == 0  # before `dvfs restore` ran
+        assert f["ok"]
+
+
+def test_a_killed_worker_is_replaced_and_its_trial_at_most_is_a_crash(chaos):
+    kills = faults_of(chaos, "worker_sigkill")
+    assert all(f["ok"] for f in kills)
+    could_crash = len(kills) + sum(f["kind"] == "kernel_crash" for f in chaos["faults"])
+    assert rows_with(chaos, "crash") <= could_crash
+
+
+def test_a_hung_kernel_is_a_timeout_row_and_the_sweep_goes_on(chaos):
+    hangs = faults_of(chaos, "kernel_hang")
+    assert all(f["fired"] and f["ok"] for f in hangs)
+    assert rows_with(chaos, "timeout") == len(hangs)
+
+
+def test_a_kernel_that_kills_its_process_is_a_crash_row(chaos):
+    crashes = faults_of(chaos, "kernel_crash")
+    assert all(f["fired"] and f["ok"] for f in crashes)
+    assert rows_with(chaos, "crash") >= len(crashes)
+
+
+def test_a_lost_gpu_is_retired_then_reset_and_restored(chaos):
+    for f in faults_of(chaos, "gpu_lost"):
+        assert f["ok"]
+        assert f["restore"].startswith(("nothing to restore", "restored"))
+    assert rows_with(chaos, "device_error") <= len(faults_of(chaos, "gpu_lost"))
+    assert not [g for g in chaos["totals"]["gpus_left_changed"] if "lost" in g]
+
+
+def test_a_full_disk_stops_the_sweep_in_one_line_and_a_resume_loses_nothing(chaos):
+    for f in faults_of(chaos, "disk_full"):
+        assert f["driver_rc"] == 4 and f["journal_left_by_driver"] == 0 and f["ok"]
+
+
+def test_a_second_sweep_into_the_same_directory_is_refused_and_another_one_queues(chaos):
+    for f in faults_of(chaos, "two_sweeps"):
+        assert f["same_dir_rc"] == 2 and f["ok"]
+    sides = [s for s in chaos["sweeps"] if s["role"] == "side"]
+    assert sides and all(s["stored_once"] == s["expected"] and s["statuses"] == {"ok": s["expected"]}
+                         for s in sides)
+    assert chaos["totals"]["overlapping_trials"] == 0  # the two sweeps queued per GPU
