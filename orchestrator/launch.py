@@ -677,11 +677,12 @@ def launch_batch(
     from omegaconf import open_dict, read_write
 
     from orchestrator.config import hydra_user_error
+    from orchestrator.store import claim_sweep_dir
 
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     sweep_dir = Path(str(config.hydra.sweep.dir))
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    claim_sweep_dir(sweep_dir)  # at once, before composing every job: a second sweep learns now
     configs = []
     whats = distinct_overrides(list(job_overrides))
     for i, overrides in enumerate(job_overrides):

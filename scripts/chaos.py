@@ -51,14 +51,25 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from scripts.chaos_watch import (  # noqa: E402 - after the repository is on the path
+    Driver,
+    Sweep,
+    alive,
+    cmdline,
+    descendants,
+    overlaps,
+    processes_with_env,
+    unexplained,
+    wait_for,
+)
 
 DVFS = [sys.executable, "-m", "orchestrator.cli"]
 KINDS = (
@@ -89,169 +100,9 @@ COMMON = [
 # every failed row is one a fault made.
 MAIN_WORKLOADS = ("gemm", "stencil", "selu")
 MAIN_CLOCKS = tuple(range(960, 1411, 15))
+MIN_LEFT = 16  # a fault strikes a sweep with at least this many jobs left (else the next one)
 SIDE_WORKLOADS = ("stencil",)
 SIDE_CLOCKS = (1005, 1110, 1215, 1320)
-# What a failed row's error says when a fault made it (anything else is unexplained).
-EXPLAINED = {
-    "crash": ("the worker process died", "injected fault"),
-    "timeout": ("no result after",),
-    "device_error": ("fallen off the bus", "is lost", "GPU_IS_LOST", "not run: no GPU"),
-}
-
-
-# --- processes ----------------------------------------------------------------------------------
-def _ppids() -> dict[int, int]:
-    out = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                out[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    return out
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid``."""
-    children = defaultdict(list)
-    for child, parent in _ppids().items():
-        children[parent].append(child)
-    found, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), ()):
-            if c not in found:
-                found.add(c)
-                todo.append(c)
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except OSError:
-        return ""
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def processes_with_env(key: str, value: str) -> list[int]:
-    """Live processes (not this one) whose environment has ``key=value``."""
-    needle = f"{key}={value}".encode()
-    found = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit() or int(p.name) == os.getpid():
-            continue
-        try:
-            if needle in (p / "environ").read_bytes().split(b"\0") and alive(int(p.name)):
-                found.append(int(p.name))
-        except OSError:
-            pass
-    return found
-
-
-def wait_for(cond: Callable[[], bool], timeout_s: float, every_s: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(every_s)
-    return cond()
-
-
-@dataclass
-class Driver:
-    """One ``dvfs sweep -m`` process, in a process group of its own."""
-
-    proc: subprocess.Popen
-    sweep: Sweep
-    log: Path
-    started: float = field(default_factory=time.monotonic)
-    rows_at_start: int = 0
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def wait(self, timeout_s: float) -> int | None:
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def stderr(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def workers(self) -> list[int]:
-        """Its GPU workers (Ray actors), busy ones first."""
-        pids = [p for p in descendants(self.pid) if cmdline(p).startswith("ray::GpuWorker")]
-        return sorted(pids, key=lambda p: (".run" not in cmdline(p), p))
-
-
-# --- sweeps and their ledgers ------------------------------------------------------------------
-@dataclass
-class Sweep:
-    """One sweep directory and the grid it must end up holding."""
-
-    directory: Path
-    workloads: tuple[str, ...]
-    clocks: tuple[int, ...]
-    role: str  # "main" (faults target it) or "side" (another sweep on the same GPUs)
-
-    def command(self) -> list[str]:
-        return [
-            *DVFS,
-            "sweep",
-            "-m",
-            *COMMON,
-            f"workload={','.join(self.workloads)}",
-            f"device.sm_clock_mhz={','.join(map(str, self.clocks))}",
-            f"hydra.sweep.dir={self.directory}",
-        ]
-
-    def expected(self) -> set[tuple[str, int]]:
-        return {(w, c) for w in self.workloads for c in self.clocks}
-
-    def rows(self) -> list[dict[str, Any]]:
-        from orchestrator.store import ResultStore, StoreError
-
-        try:
-            with ResultStore(self.directory, readonly=True) as store:
-                return store.rows()
-        except StoreError:
-            return []
-
-    def ledger(self) -> dict[str, Any]:
-        """Expected, stored exactly once, lost, duplicated; rows by status."""
-        by_job: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-        rows = self.rows()
-        for r in rows:
-            by_job[(r["workload"], int(r["sm_clock_max_mhz"]))].append(r)
-        expected = self.expected()
-        once = [j for j in expected if len(by_job.get(j, [])) == 1]
-        twice = [j for j, rs in by_job.items() if len(rs) > 1]
-        return {
-            "dir": str(self.directory),
-            "role": self.role,
-            "expected": len(expected),
-            "stored_once": len(once),
-            "lost": sorted(f"{w}@{c}" for w, c in expected - set(by_job)),
-            "duplicated": sorted(f"{w}@{c}" for w, c in twice),
-            "unexpected": sorted(f"{w}@{c}" for w, c in set(by_job) - expected),
-            "statuses": dict(Counter(r["status"] for r in rows)),
-            "rows": rows,
-        }
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -276,6 +127,7 @@ class ChaosRun:
         self.sides: list[tuple[Driver, Sweep]] = []
         self.driver: Driver | None = None
         self.faults: list[dict[str, Any]] = []
+        self.missed: list[dict[str, Any]] = []  # faults that struck nothing, and were struck again
         self.driver_starts = 0
         self.orphans_killed = 0
         self.restores: list[str] = []
@@ -324,7 +176,8 @@ class ChaosRun:
         log = self.root / "logs" / f"{sweep.directory.name}-{self.driver_starts}.err"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w") as err:
-            proc = subprocess.Popen(sweep.command(), cwd=self.root, env=self.env,
+            proc = subprocess.Popen(sweep.command([*DVFS, "sweep", "-m", *COMMON]), cwd=self.root,
+                                    env=self.env,
                                     stdout=subprocess.DEVNULL, stderr=err,
                                     start_new_session=True)
         self.driver_starts += 1
@@ -347,6 +200,9 @@ class ChaosRun:
                 else:
                     self.say(f"the driver exited with {rc} by itself: {last_line(d.stderr())}")
                     self.recover(d, set())
+                continue
+            if len(d.sweep.expected()) - len(d.sweep.rows()) < MIN_LEFT:
+                d.wait(600)  # nearly done: a fault now could miss; strike the next sweep
                 continue
             if early and self.rng.random() < 0.4:
                 time.sleep(self.rng.uniform(0, 12))
@@ -376,7 +232,7 @@ class ChaosRun:
                 os.kill(p, signal.SIGKILL)
         gone = wait_for(lambda: not any(alive(p) for p in pids), 30)
         self.orphans_killed += len(orphans)
-        left_by_driver = len(self.journal_entries())
+        left_by_driver = len(self.orphaned_entries())
         restored = self.dvfs_restore()
         self.free_disk()
         clean = None
@@ -431,6 +287,10 @@ class ChaosRun:
     def journal_entries(self) -> list[str]:
         return sorted(p.stem for p in self.journal.glob("*.json")) if self.journal.exists() else []
 
+    def orphaned_entries(self) -> list[str]:
+        """Journal entries no live process owns (another sweep's workers own theirs)."""
+        return [u for u in self.journal_entries() if not self.is_leased(u)]
+
     def set_lost(self, uuid: str, lost: bool) -> None:
         from orchestrator.devices.sim import nvml as sim
 
@@ -472,6 +332,8 @@ def last_line(text: str) -> str:
 # --- the faults -------------------------------------------------------------------------------
 def fault_driver_sigkill(run: ChaosRun) -> dict[str, Any]:
     d = run.driver
+    if not d.alive():
+        return {"missed": "the sweep had just ended"}
     pids = descendants(d.pid)
     os.kill(d.pid, signal.SIGKILL)
     rec = run.recover(d, pids)
@@ -480,10 +342,12 @@ def fault_driver_sigkill(run: ChaosRun) -> dict[str, Any]:
 
 def fault_driver_sigterm(run: ChaosRun) -> dict[str, Any]:
     d = run.driver
+    if not d.alive():
+        return {"missed": "the sweep had just ended"}
     pids = descendants(d.pid)
     os.kill(d.pid, signal.SIGTERM)
     rc = d.wait(120)
-    journal = run.journal_entries()  # before anyone else restores: what the driver left
+    journal = run.orphaned_entries()  # before anyone else restores: what the driver left
     rec = run.recover(d, pids)
     said = "terminated (SIGTERM)" in d.stderr()
     return {"target": f"driver pid {d.pid}", **rec, "journal_left_by_driver": len(journal),
@@ -494,7 +358,7 @@ def fault_worker_sigkill(run: ChaosRun) -> dict[str, Any]:
     d = run.driver
     workers = d.workers()
     if not workers:
-        return {"target": "no worker yet", "ok": False}
+        return {"missed": "no worker was up yet"}
     pid = workers[0] if run.rng.random() < 0.8 else run.rng.choice(workers)
     busy = ".run" in cmdline(pid)
     news = d.stderr().count("starting a new worker")
@@ -537,7 +401,8 @@ def fault_kernel_crash(run: ChaosRun) -> dict[str, Any]:
 def fault_gpu_lost(run: ChaosRun) -> dict[str, Any]:
     d = run.driver
     uuids = run.uuids()
-    uuid = run.rng.choice(uuids)
+    in_use = [u for u in uuids if run.is_leased(u)]  # a GPU the sweep still holds, if any
+    uuid = run.rng.choice(in_use or uuids)
     retirements = d.stderr().count(f"({uuid}) retired")
     run.set_lost(uuid, True)
     # Its worker finds out at its next NVML call and is retired (its lease freed), or the sweep
@@ -556,6 +421,9 @@ def fault_disk_full(run: ChaosRun) -> dict[str, Any]:
     pids = descendants(d.pid)
     filled = run.fill_disk()
     rc = d.wait(120)
+    if rc == 0:  # it stored its last trial before the disk filled: nothing to see
+        run.free_disk()
+        return {"missed": "the sweep ended before it wrote again"}
     said = "free space, then run the same command again" in d.stderr()
     rec = run.recover(d, pids)
     return {"target": f"{run.disk} ({filled} bytes of ballast)", **rec,
@@ -570,6 +438,9 @@ def fault_two_sweeps(run: ChaosRun) -> dict[str, Any]:
     run.sweeps.append(side)
     run.sides.append((run.start(side), side))
     rc = same.wait(120)
+    if rc == 0 and not d.alive():  # the first ended before the second looked: nothing to refuse
+        return {"target": f"{d.sweep.directory.name} again and {side.directory.name}",
+                "missed": "the sweep ended before the second one started"}
     refused = rc == 2 and "is being written by another sweep" in same.stderr()
     return {"target": f"{d.sweep.directory.name} again and {side.directory.name}",
             "same_dir_rc": rc, "ok": refused}
@@ -610,32 +481,6 @@ def finish(run: ChaosRun) -> None:
             run.say(f"{sweep.directory.name} ended with {rc}: {last_line(side.stderr())}")
 
 
-def overlaps(rows: list[dict[str, Any]]) -> int:
-    """Pairs of trials that ran on one GPU at the same time (over every sweep's rows)."""
-    spans = defaultdict(list)
-    for r in rows:
-        launch = r.get("launch") or {}
-        if launch.get("trial_started_at") is not None:
-            spans[r["device_uuid"]].append((launch["trial_started_at"], launch["trial_ended_at"]))
-    n = 0
-    for s in spans.values():
-        s.sort()
-        n += sum(1 for (_, end), (start, _) in zip(s, s[1:]) if start < end)
-    return n
-
-
-def unexplained(rows: list[dict[str, Any]]) -> list[str]:
-    out = []
-    for r in rows:
-        if r["status"] == "ok":
-            continue
-        signs = EXPLAINED.get(r["status"], ())
-        if not any(s in (r.get("error") or "") for s in signs):
-            out.append(f"{r['workload']}@{r['sm_clock_max_mhz']}: {r['status']}: "
-                       f"{(r.get('error') or '')[:160]}")
-    return out
-
-
 def processes_left(run: ChaosRun) -> list[int]:
     """Processes of this run still alive once every sweep has ended (Ray's take a moment)."""
     wait_for(lambda: not processes_with_env("DVFS_SIM_STATE_DIR", str(run.state)), 30, 0.5)
@@ -653,7 +498,9 @@ def ledger(run: ChaosRun) -> dict[str, Any]:
     totals = {
         "faults": len(run.faults),
         "faults_by_kind": dict(failing_kinds),
-        "faults_without_effect": [f"#{f['n']} {f['kind']}" for f in run.faults if not f["ok"]],
+        "faults_without_effect": [f"#{f['n']} {f['kind']}" for f in run.faults
+                                  if not f.get("ok")],
+        "faults_struck_again": len(run.missed),
         "sweeps": len(sweeps),
         "driver_starts": run.driver_starts,
         "expected": sum(s["expected"] for s in sweeps),
@@ -721,13 +568,18 @@ def run_chaos(root: Path, faults: int, kinds: list[str], seed: int,
         say(f"{len(plan)} faults on {GPUS} simulated GPUs, seed {seed}; working in {root}")
         run.start_main(run.new_main_sweep())
         for n, kind in enumerate(plan, 1):
-            run.until_trials_flow(early=kind in EARLY)
-            at = run.now()
-            record = {"n": n, "kind": kind, "at_s": round(at, 1), **FAULTS[kind](run)}
+            for _ in range(5):  # a fault that found nothing to strike is struck again
+                run.until_trials_flow(early=kind in EARLY)
+                at = run.now()
+                record = {"n": n, "kind": kind, "at_s": round(at, 1), **FAULTS[kind](run)}
+                if "missed" not in record:
+                    break
+                run.missed.append(record)
+                say(f"fault {n}/{len(plan)} {kind} missed ({record['missed']}); again")
             record["took_s"] = round(run.now() - at, 1)
             run.faults.append(record)
-            say(f"fault {n}/{len(plan)} {kind} at {at:.1f} s: {record['target']}"
-                f"{'' if record['ok'] else ' (NO EFFECT SEEN)'}")
+            say(f"fault {n}/{len(plan)} {kind} at {at:.1f} s: {record.get('target')}"
+                f"{'' if record.get('ok') else ' (NO EFFECT SEEN)'}")
         finish(run)
         result = ledger(run)
     finally:

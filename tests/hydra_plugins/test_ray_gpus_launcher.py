@@ -141,23 +141,9 @@ def _listening_ports(pids: set[int]) -> set[tuple[str, int]]:
 
 
 def _descendants(pid: int) -> set[int]:
-    from pathlib import Path
+    from scripts.chaos_watch import descendants  # as the chaos run finds a sweep's processes
 
-    parent = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                parent[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    found, todo = {pid}, [pid]
-    while todo:
-        here = todo.pop()
-        for child, up in parent.items():
-            if up == here and child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
+    return {pid, *descendants(pid)}
 
 
 @pytest.mark.slow
@@ -211,8 +197,6 @@ def test_the_local_ray_a_sweep_starts_listens_on_loopback_only_with_no_dashboard
 
 
 def _cmd(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
+    from scripts.chaos_watch import cmdline
+
+    return cmdline(pid)

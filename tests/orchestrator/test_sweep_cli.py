@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.store import ResultStore
 
-from support import DVFS, REPO
+from support import DVFS
 
 QUICK = ["workload.size=tiny", "measure=quick", "measure.settle_s=0"]
 
@@ -65,18 +65,23 @@ GRID = [
 ]
 
 
-def test_a_sweep_killed_midway_resumes_into_the_same_directory(tmp_path):
-    sweep_dir = tmp_path / "sweep"
-    args = [*DVFS, *GRID, f"hydra.sweep.dir={sweep_dir}"]
-    proc = subprocess.Popen(args, cwd=tmp_path, env=env_for(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 240
+def wait_for_rows(sweep_dir, n, proc, timeout_s=240):
+    """Wait until a running sweep has stored ``n`` rows (it must still be running)."""
+    deadline = time.time() + timeout_s
     stored = 0
-    while time.time() < deadline and stored < 4:
+    while time.time() < deadline and stored < n:
         time.sleep(0.5)
         if (sweep_dir / "trials.sqlite").exists():
             with ResultStore(sweep_dir, readonly=True) as store:
                 stored = len(store)
-    assert stored >= 4, proc.stderr.read() if proc.poll() is not None else "too slow"
+    assert stored >= n, proc.stderr.read() if proc.poll() is not None else "too slow"
+
+
+def test_a_sweep_killed_midway_resumes_into_the_same_directory(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    args = [*DVFS, *GRID, f"hydra.sweep.dir={sweep_dir}"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env_for(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for_rows(sweep_dir, 4, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     with ResultStore(sweep_dir, readonly=True) as store:  # opens, every finished trial there
@@ -106,14 +111,7 @@ def test_a_second_sweep_into_a_running_sweeps_directory_is_refused_and_sigterm_r
     args = [*DVFS, *GRID, f"hydra.sweep.dir={sweep_dir}"]
     first = subprocess.Popen(args, cwd=tmp_path, env=env_for(tmp_path), stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 240
-    stored = 0
-    while time.time() < deadline and stored < 3:
-        time.sleep(0.5)
-        if (sweep_dir / "trials.sqlite").exists():
-            with ResultStore(sweep_dir, readonly=True) as store:
-                stored = len(store)
-    assert stored >= 3, first.stderr.read() if first.poll() is not None else "too slow"
+    wait_for_rows(sweep_dir, 3, first)
 
     second = subprocess.run(args, cwd=tmp_path, env=env_for(tmp_path), capture_output=True,
                             text=True, timeout=120)

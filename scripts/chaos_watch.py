@@ -1,0 +1,203 @@
+"""What ``scripts/chaos.py`` watches: the processes of a sweep, and what each sweep must hold.
+
+Kept apart from the chaos run itself (faults, recovery, the report) so that a test can find a
+sweep's processes the same way (``descendants``, ``cmdline``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# What a failed row's error says when a fault made it (anything else is unexplained).
+EXPLAINED = {
+    "crash": ("the worker process died", "injected fault"),
+    "timeout": ("no result after",),
+    "device_error": ("fallen off the bus", "is lost", "GPU_IS_LOST", "not run: no GPU"),
+}
+
+
+# --- processes ----------------------------------------------------------------------------------
+def _ppids() -> dict[int, int]:
+    out = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                out[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid``."""
+    children = defaultdict(list)
+    for child, parent in _ppids().items():
+        children[parent].append(child)
+    found, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def processes_with_env(key: str, value: str) -> list[int]:
+    """Live processes (not this one) whose environment has ``key=value``."""
+    needle = f"{key}={value}".encode()
+    found = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == os.getpid():
+            continue
+        try:
+            if needle in (p / "environ").read_bytes().split(b"\0") and alive(int(p.name)):
+                found.append(int(p.name))
+        except OSError:
+            pass
+    return found
+
+
+def wait_for(cond: Callable[[], bool], timeout_s: float, every_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(every_s)
+    return cond()
+
+
+@dataclass
+class Driver:
+    """One ``dvfs sweep -m`` process, in a process group of its own."""
+
+    proc: subprocess.Popen
+    sweep: Sweep
+    log: Path
+    started: float = field(default_factory=time.monotonic)
+    rows_at_start: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait(self, timeout_s: float) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stderr(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def workers(self) -> list[int]:
+        """Its GPU workers (Ray actors), busy ones first."""
+        pids = [p for p in descendants(self.pid) if cmdline(p).startswith("ray::GpuWorker")]
+        return sorted(pids, key=lambda p: (".run" not in cmdline(p), p))
+
+
+# --- sweeps and their ledgers ------------------------------------------------------------------
+@dataclass
+class Sweep:
+    """One sweep directory and the grid it must end up holding."""
+
+    directory: Path
+    workloads: tuple[str, ...]
+    clocks: tuple[int, ...]
+    role: str  # "main" (faults target it) or "side" (another sweep on the same GPUs)
+
+    def command(self, base: list[str]) -> list[str]:
+        """``base`` (``dvfs sweep -m`` and the run's common overrides), then this grid."""
+        return [
+            *base,
+            f"workload={','.join(self.workloads)}",
+            f"device.sm_clock_mhz={','.join(map(str, self.clocks))}",
+            f"hydra.sweep.dir={self.directory}",
+        ]
+
+    def expected(self) -> set[tuple[str, int]]:
+        return {(w, c) for w in self.workloads for c in self.clocks}
+
+    def rows(self) -> list[dict[str, Any]]:
+        from orchestrator.store import ResultStore, StoreError
+
+        try:
+            with ResultStore(self.directory, readonly=True) as store:
+                return store.rows()
+        except StoreError:
+            return []
+
+    def ledger(self) -> dict[str, Any]:
+        """Expected, stored exactly once, lost, duplicated; rows by status."""
+        by_job: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+        rows = self.rows()
+        for r in rows:
+            by_job[(r["workload"], int(r["sm_clock_max_mhz"]))].append(r)
+        expected = self.expected()
+        once = [j for j in expected if len(by_job.get(j, [])) == 1]
+        twice = [j for j, rs in by_job.items() if len(rs) > 1]
+        return {
+            "dir": str(self.directory),
+            "role": self.role,
+            "expected": len(expected),
+            "stored_once": len(once),
+            "lost": sorted(f"{w}@{c}" for w, c in expected - set(by_job)),
+            "duplicated": sorted(f"{w}@{c}" for w, c in twice),
+            "unexpected": sorted(f"{w}@{c}" for w, c in set(by_job) - expected),
+            "statuses": dict(Counter(r["status"] for r in rows)),
+            "rows": rows,
+        }
+
+
+# --- what the rows of every sweep must not show ---------------------------------------------
+def overlaps(rows: list[dict[str, Any]]) -> int:
+    """Pairs of trials that ran on one GPU at the same time (over every sweep's rows)."""
+    spans = defaultdict(list)
+    for r in rows:
+        launch = r.get("launch") or {}
+        if launch.get("trial_started_at") is not None:
+            spans[r["device_uuid"]].append((launch["trial_started_at"], launch["trial_ended_at"]))
+    n = 0
+    for s in spans.values():
+        s.sort()
+        n += sum(1 for (_, end), (start, _) in zip(s, s[1:]) if start < end)
+    return n
+
+
+def unexplained(rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for r in rows:
+        if r["status"] == "ok":
+            continue
+        signs = EXPLAINED.get(r["status"], ())
+        if not any(s in (r.get("error") or "") for s in signs):
+            out.append(f"{r['workload']}@{r['sm_clock_max_mhz']}: {r['status']}: "
+                       f"{(r.get('error') or '')[:160]}")
+    return out
