@@ -40,6 +40,10 @@ def run_sweep(argv: list[str]) -> int:
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except Exception as e:  # noqa: BLE001 - converted to a one-line message or re-raised
+        from orchestrator import interrupt
+
+        if interrupt.terminated():  # SIGTERM, turned into some other error on its way up
+            raise KeyboardInterrupt("SIGTERM") from e
         err = hydra_user_error(e) or (e if isinstance(e, DvfsError) else None)
         if err is None:
             raise

@@ -53,31 +53,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command not in commands:
         print(f"dvfs: unknown command {command!r}; commands: {', '.join(commands)}", file=sys.stderr)
         return 2
-    resume = "; every trial stored so far is kept: run the same command again to resume"
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    from orchestrator import interrupt
+
+    previous = interrupt.install()
     try:
         return commands[command](rest)
     except DvfsError as e:
+        if interrupt.terminated():  # SIGTERM mid-way, come out as another error
+            return _interrupted(command)
         print(f"dvfs {command}: error: {e}", file=sys.stderr)
         return getattr(e, "exit_code", 1)
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (``_on_sigterm``)
-        how = "terminated (SIGTERM)" if _sigterm_received else "interrupted"
-        print(f"dvfs {command}: {how}" + (resume if command == "sweep" else ""), file=sys.stderr)
-        return 128 + signal.SIGTERM if _sigterm_received else 130
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
+        return _interrupted(command)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-_sigterm_received = False
+def _interrupted(command: str) -> int:
+    """The one line and exit code (130, or 143 for SIGTERM) of an interrupted command."""
+    from orchestrator import interrupt
 
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    """SIGTERM, raised as an interrupt so that every ``finally`` runs: the guard and the pool of
-    workers restore the GPUs, the store keeps every finished trial (a library on the way up may
-    turn the exception into a plain ``KeyboardInterrupt``, hence the flag)."""
-    global _sigterm_received
-    _sigterm_received = True
-    raise KeyboardInterrupt("SIGTERM")
+    how = "terminated (SIGTERM)" if interrupt.terminated() else "interrupted"
+    resume = "; every trial stored so far is kept: run the same command again to resume"
+    print(f"dvfs {command}: {how}" + (resume if command == "sweep" else ""), file=sys.stderr)
+    return 128 + signal.SIGTERM if interrupt.terminated() else 130
 
 
 # --- sweep ------------------------------------------------------------------------------------

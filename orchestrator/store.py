@@ -230,7 +230,7 @@ class ResultStore:
             self.schema_version = self._prepare()
         except sqlite3.DatabaseError as e:
             self.close()
-            raise self._translate(e) from e
+            raise self._translate_write(e, "the store") from e
         except BaseException:
             self.close()
             raise

@@ -475,10 +475,16 @@ def finish(run: ChaosRun) -> None:
         if inject.pending(run.state, uuid):
             run.say(f"a scheduled fault for {uuid} never fired; removed")
             (run.state / "inject" / f"next-{uuid}.json").unlink(missing_ok=True)
-    for side, sweep in run.sides:
-        rc = side.wait(900)
-        if rc != 0:
-            run.say(f"{sweep.directory.name} ended with {rc}: {last_line(side.stderr())}")
+    for n, (side, sweep) in enumerate(run.sides):
+        for _ in range(5):  # a side sweep a fault stopped (a full disk) is resumed, as the main one
+            rc = side.wait(900)
+            if rc == 0:
+                break
+            run.say(f"{sweep.directory.name} ended with {rc}: {last_line(side.stderr())}; "
+                    f"running it again")
+            run.dvfs_restore()
+            side = run.start(sweep)
+            run.sides[n] = (side, sweep)
 
 
 def processes_left(run: ChaosRun) -> list[int]:
