@@ -330,28 +330,26 @@ def last_line(text: str) -> str:
 
 
 # --- the faults -------------------------------------------------------------------------------
-def fault_driver_sigkill(run: ChaosRun) -> dict[str, Any]:
+def _signal_driver(run: ChaosRun, sig: int, ok: Callable[[dict[str, Any], Driver], bool]
+                   ) -> dict[str, Any]:
     d = run.driver
     if not d.alive():
         return {"missed": "the sweep had just ended"}
     pids = descendants(d.pid)
-    os.kill(d.pid, signal.SIGKILL)
+    os.kill(d.pid, sig)
     rec = run.recover(d, pids)
-    return {"target": f"driver pid {d.pid}", **rec, "ok": rec["driver_rc"] == -signal.SIGKILL}
+    return {"target": f"driver pid {d.pid}", **rec, "ok": ok(rec, d)}
+
+
+def fault_driver_sigkill(run: ChaosRun) -> dict[str, Any]:
+    return _signal_driver(run, signal.SIGKILL, lambda rec, d: rec["driver_rc"] == -signal.SIGKILL)
 
 
 def fault_driver_sigterm(run: ChaosRun) -> dict[str, Any]:
-    d = run.driver
-    if not d.alive():
-        return {"missed": "the sweep had just ended"}
-    pids = descendants(d.pid)
-    os.kill(d.pid, signal.SIGTERM)
-    rc = d.wait(120)
-    journal = run.orphaned_entries()  # before anyone else restores: what the driver left
-    rec = run.recover(d, pids)
-    said = "terminated (SIGTERM)" in d.stderr()
-    return {"target": f"driver pid {d.pid}", **rec, "journal_left_by_driver": len(journal),
-            "ok": rc == 128 + signal.SIGTERM and said and not journal}
+    """It must restore every GPU itself: no journal entry left before `dvfs restore` runs."""
+    return _signal_driver(run, signal.SIGTERM, lambda rec, d: (
+        rec["driver_rc"] == 128 + signal.SIGTERM and "terminated (SIGTERM)" in d.stderr()
+        and rec["journal_left_by_driver"] == 0))
 
 
 def fault_worker_sigkill(run: ChaosRun) -> dict[str, Any]:
