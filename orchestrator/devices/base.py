@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-Backend = Literal["nvml", "sim"]
+Backend = Literal["nvml", "sim", "cpu"]
 Peak = Literal["fp64", "fp32", "tf32", "bf16", "fp16"]
 HealthFault = Literal["lost", "xid", "ecc", "thermal", "query_failed"]
 
@@ -61,7 +61,7 @@ class DeviceIdentity:
     name: str  # marketing name, e.g. "NVIDIA A100-SXM4-40GB"
     architecture: str  # "volta", "ampere", "hopper", ...
     driver_version: str  # e.g. "550.54.15"
-    backend: Backend  # "nvml" (real driver) or "sim" (simulated NVML)
+    backend: Backend  # "nvml" (real driver), "sim" (simulated NVML) or "cpu" (the host CPU)
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,8 @@ class DeviceCapabilities:
     power_limit_default_w: float  # the board's default limit
     clock_offset_range_mhz: tuple[int, int] | None  # (min, max) GPC offset, None if unsupported
     has_energy_counter: bool  # Volta and newer: cumulative mJ since driver load
+    has_power_sensor: bool = True  # power_mw() reads the board's power (a CPU has none)
+    energy_note: str | None = None  # why there is no counter and no power sensor, for the row
 
     @property
     def max_mem_clock_mhz(self) -> int:
