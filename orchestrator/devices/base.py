@@ -214,6 +214,15 @@ class Device(abc.ABC):
     def clock_event_reasons(self) -> ClockEventReason:
         """Why the clock is where it is right now (power cap, thermal, user setting...)."""
 
+    def power_readings_mw(self) -> dict[str, int | None]:
+        """Every power reading the device offers, in mW; None for one it does not offer.
+
+        Keys: ``"usage"`` (what ``power_mw`` reads), ``"instant"`` (the sensor's current value)
+        and ``"average"`` (the driver's average over about one second). This default knows only
+        ``power_mw``; the NVML backend reads the other two from NVML's field values.
+        """
+        return {"usage": self.power_mw(), "instant": None, "average": None}
+
     def telemetry(self) -> Telemetry:
         """Read every sensor once."""
         try:

@@ -19,6 +19,13 @@ with ``nvmlEventSetWait_v2(set, 0)``); the volatile uncorrected ECC count
 (``nvmlDeviceGetTotalEccErrors``), compared with its value when the device was opened; and the
 temperature against ``nvmlDeviceGetTemperatureThreshold(NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)``.
 A query the GPU does not support (no ECC, no events) turns that check off, never the device.
+
+Power (``NvmlDevice.power_readings_mw``, in mW) comes three ways: ``nvmlDeviceGetPowerUsage``
+(on Ampere and newer, NVML documents it as a one-second average; before, the instant value), and
+the field values ``NVML_FI_DEV_POWER_INSTANT`` (the sensor's current value, every architecture)
+and ``NVML_FI_DEV_POWER_AVERAGE`` (one-second average, Ampere and newer except GA100), read in one
+``nvmlDeviceGetFieldValues`` call at GPU scope. Each field carries its own return code: a field
+the GPU or driver does not offer reads as None, never as an error of the whole call.
 """
 
 from __future__ import annotations
@@ -424,6 +431,52 @@ class NvmlDevice(Device):
     def power_mw(self) -> int:
         return int(self._call("nvmlDeviceGetPowerUsage"))
 
+    def power_readings_mw(self) -> dict[str, int | None]:
+        """Board power three ways, in mW: ``usage``, ``instant`` and ``average``.
+
+        ``usage`` is ``nvmlDeviceGetPowerUsage``; ``instant`` and ``average`` are the field values
+        ``NVML_FI_DEV_POWER_INSTANT`` and ``NVML_FI_DEV_POWER_AVERAGE`` at GPU scope, read in one
+        ``nvmlDeviceGetFieldValues`` call. A reading the GPU or its driver does not offer is None
+        (a per-field return code other than success, a driver without field values, a power
+        usage query the board does not support).
+
+        Raises:
+            DeviceLostError: the GPU has fallen off the bus (in the call or in a field's code).
+            DeviceError: NVML failed otherwise.
+        """
+        nvml = self._nvml
+        try:
+            usage: int | None = self.power_mw()
+        except DeviceNotSupportedError:
+            usage = None
+        readings: dict[str, int | None] = {"usage": usage, "instant": None, "average": None}
+        fields = [(key, getattr(nvml, name, None)) for key, name in _POWER_FIELDS]
+        fields = [(key, field_id) for key, field_id in fields if field_id is not None]
+        if not fields or not hasattr(nvml, "nvmlDeviceGetFieldValues"):
+            return readings
+        scope = getattr(nvml, "NVML_POWER_SCOPE_GPU", 0)
+        target = f"GPU {self.identity.index} ({self.identity.uuid})"
+        unsupported = tuple(
+            getattr(nvml, name)
+            for name in ("NVMLError_NotSupported", "NVMLError_FunctionNotFound")
+            if hasattr(nvml, name)
+        )
+        try:
+            values = nvml.nvmlDeviceGetFieldValues(
+                self._handle, [(field_id, scope) for _, field_id in fields]
+            )
+        except nvml.NVMLError as e:
+            if isinstance(e, unsupported):
+                return readings  # a driver without field values: usage is all there is
+            raise _translate(nvml, e, "nvmlDeviceGetFieldValues", target) from e
+        for (key, _), value in zip(fields, values):
+            code = int(value.nvmlReturn)
+            if code == nvml.NVML_ERROR_GPU_IS_LOST:
+                raise _translate(nvml, nvml.NVMLError(code), "nvmlDeviceGetFieldValues", target)
+            if code == nvml.NVML_SUCCESS:
+                readings[key] = _field_value(nvml, value)
+        return readings
+
     def sm_clock_mhz(self) -> int:
         return int(self._call("nvmlDeviceGetClockInfo", self._nvml.NVML_CLOCK_SM))
 
@@ -444,6 +497,30 @@ class NvmlDevice(Device):
         for reason in ClockEventReason:
             known |= reason.value
         return ClockEventReason(bits & known)
+
+
+# (reading key, pynvml constant) of the power field values NvmlDevice.power_readings_mw reads.
+_POWER_FIELDS = (("instant", "NVML_FI_DEV_POWER_INSTANT"), ("average", "NVML_FI_DEV_POWER_AVERAGE"))
+
+# nvmlValueType_t -> the member of the c_nvmlValue_t union that holds a value of that type.
+_VALUE_MEMBERS = (
+    ("NVML_VALUE_TYPE_DOUBLE", "dVal"),
+    ("NVML_VALUE_TYPE_UNSIGNED_INT", "uiVal"),
+    ("NVML_VALUE_TYPE_UNSIGNED_LONG", "ulVal"),
+    ("NVML_VALUE_TYPE_UNSIGNED_LONG_LONG", "ullVal"),
+    ("NVML_VALUE_TYPE_SIGNED_LONG_LONG", "sllVal"),
+    ("NVML_VALUE_TYPE_SIGNED_INT", "siVal"),
+    ("NVML_VALUE_TYPE_UNSIGNED_SHORT", "usVal"),
+)
+
+
+def _field_value(nvml: ModuleType, value: Any) -> int:
+    """The number one ``c_nvmlFieldValue_t`` holds, read from the union member its type names."""
+    kind = int(value.valueType)
+    for type_name, member in _VALUE_MEMBERS:
+        if getattr(nvml, type_name, None) == kind:
+            return int(round(getattr(value.value, member)))
+    raise DeviceError(f"NVML field {int(value.fieldId)} has an unknown value type {kind}")
 
 
 @contextlib.contextmanager

@@ -12,6 +12,8 @@ when the machine is not privileged; values outside the supported range raise
 ``NVMLError_InvalidArgument`` (a locked clock inside the range runs at the nearest supported clock
 at or below it, as NVML rounds); offsets on Volta/Pascal and the energy counter on Pascal raise
 ``NVMLError_NotSupported``; a GPU marked lost raises ``NVMLError_GpuIsLost`` on every call.
+Field values (``nvmlDeviceGetFieldValues``) answer the instant and average power fields and mark
+every other field ``NVML_ERROR_NOT_SUPPORTED`` in its own return code, as NVML does.
 
 The machine lives in a state directory (``$DVFS_SIM_STATE_DIR``, see ``state.py``). Calls named
 ``sim*`` are extensions real NVML has no counterpart for: accounting a kernel call (virtual time,
@@ -72,6 +74,12 @@ nvmlEventTypeNone = _real.nvmlEventTypeNone
 nvmlEventTypeXidCriticalError = _real.nvmlEventTypeXidCriticalError
 nvmlEventTypeDoubleBitEccError = _real.nvmlEventTypeDoubleBitEccError
 c_nvmlPciInfo_t = _real.nvmlPciInfo_t
+c_nvmlFieldValue_t = _real.c_nvmlFieldValue_t
+NVML_SUCCESS = _real.NVML_SUCCESS
+NVML_POWER_SCOPE_GPU = _real.NVML_POWER_SCOPE_GPU
+NVML_VALUE_TYPE_UNSIGNED_INT = _real.NVML_VALUE_TYPE_UNSIGNED_INT
+NVML_FI_DEV_POWER_INSTANT = _real.NVML_FI_DEV_POWER_INSTANT
+NVML_FI_DEV_POWER_AVERAGE = _real.NVML_FI_DEV_POWER_AVERAGE
 
 from orchestrator.devices.base import ClockEventReason, Fault, KernelWork
 from orchestrator.devices.sim import model
@@ -343,6 +351,43 @@ def nvmlDeviceGetTotalEnergyConsumption(handle: SimHandle) -> int:
 def nvmlDeviceGetPowerUsage(handle: SimHandle) -> int:
     m, i = _gpu(handle)
     return int(round(m.read(i)["power_w"] * 1000))
+
+
+# The field values the sim answers: NVML's power fields, in mW, at GPU scope.
+_POWER_FIELD_IDS = frozenset({_real.NVML_FI_DEV_POWER_INSTANT, _real.NVML_FI_DEV_POWER_AVERAGE})
+
+
+def nvmlDeviceGetFieldValues(handle: SimHandle, fieldIds: list[Any]) -> Any:
+    """Field values as pynvml returns them: a ``c_nvmlFieldValue_t`` array, one per request.
+
+    Each request is a field id, or a ``(fieldId, scopeId)`` pair as pynvml accepts. The sim knows
+    ``NVML_FI_DEV_POWER_INSTANT`` and ``NVML_FI_DEV_POWER_AVERAGE`` at GPU scope
+    (``NVML_POWER_SCOPE_GPU``): both hold the current modelled power in mW as an unsigned int.
+    The average is the instant value for now: the board's one-second average is left to the
+    issue that models it (a real GA100 answers NOT_SUPPORTED for the average). Any other field
+    or scope gets ``NVML_ERROR_NOT_SUPPORTED`` in its own ``nvmlReturn``, as NVML reports a
+    field the GPU does not offer; the call itself fails only as every call does (before
+    ``nvmlInit``, a bad handle, a lost GPU). ``timestamp`` is the GPU's virtual clock in
+    microseconds (NVML's is the host's wall clock), ``latencyUsec`` is 0.
+    """
+    m, i = _gpu(handle)
+    s = m.read(i)
+    values = (c_nvmlFieldValue_t * len(fieldIds))()
+    for value, request in zip(values, fieldIds):
+        try:
+            field_id, scope_id = request
+        except TypeError:
+            field_id, scope_id = request, NVML_POWER_SCOPE_GPU
+        value.fieldId, value.scopeId = int(field_id), int(scope_id)
+        value.timestamp = int(round(float(s["time_s"]) * 1e6))
+        value.latencyUsec = 0
+        if value.fieldId in _POWER_FIELD_IDS and value.scopeId == NVML_POWER_SCOPE_GPU:
+            value.valueType = NVML_VALUE_TYPE_UNSIGNED_INT
+            value.value.uiVal = int(round(s["power_w"] * 1000))
+            value.nvmlReturn = NVML_SUCCESS
+        else:
+            value.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+    return values
 
 
 def nvmlDeviceGetClockInfo(handle: SimHandle, type: int) -> int:
