@@ -1,7 +1,8 @@
 """GPU backends behind one ``Device`` interface.
 
 ``open_backend(device_cfg)`` returns an initialised backend: the NVML adapter over nvidia-ml-py's
-``pynvml`` (``backend=nvml``) or over the simulated NVML (``backend=sim``). Both hand out
+``pynvml`` (``backend=nvml``) or over the simulated NVML (``backend=sim``), or the host CPU
+(``backend=cpu``: ``orchestrator.devices.cpu``, energy from RAPL, nothing settable). All hand out
 ``Device`` objects; nothing above this package imports ``pynvml``.
 
 Where the simulated machine's state and the guard's journal live is decided here, once:
@@ -11,7 +12,13 @@ Where the simulated machine's state and the guard's journal live is decided here
   two different simulated machines never share state. The chosen directory is exported as
   ``DVFS_SIM_STATE_DIR`` so that child processes (Ray workers, ``dvfs restore``) see the same GPUs.
 - journal: ``device.journal_dir``, else ``$DVFS_JOURNAL_DIR``, else ``<sim state>/journal`` on
-  the sim, ``/var/lib/dvfs/journal`` as root or ``~/.local/state/dvfs/journal`` on real GPUs.
+  the sim, ``/var/lib/dvfs/journal`` as root or ``~/.local/state/dvfs/journal`` on real GPUs,
+  and the same with ``journal-cpu`` for the CPU (which the guard only leases, since nothing on it
+  is ever set, so it works without root).
+- the frameworks of a ``device=cpu`` process see no GPU: ``open_backend`` sets
+  ``CUDA_VISIBLE_DEVICES=""`` and ``JAX_PLATFORMS=cpu`` before either framework is imported (after
+  Ray has set a worker's ``CUDA_VISIBLE_DEVICES`` for the logical GPU that stands for the CPU), so
+  the kernel a CPU trial measures runs on the host even on a machine with GPUs.
 """
 
 from __future__ import annotations
@@ -31,11 +38,14 @@ from orchestrator.devices.base import (
     Fault,
     KernelWork,
 )
+from orchestrator.devices.cpu import CpuBackend, CpuDevice
 from orchestrator.devices.nvml import NvmlBackend, NvmlDevice
 from orchestrator.errors import DeviceNotFoundError, UserError
 
 __all__ = [
     "ClockEventReason",
+    "CpuBackend",
+    "CpuDevice",
     "Device",
     "DeviceCapabilities",
     "DeviceIdentity",
@@ -58,6 +68,10 @@ def _get(cfg: Any, key: str, default: Any = None) -> Any:
     return cfg.get(key, default) if isinstance(cfg, dict) else getattr(cfg, key, default)
 
 
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 def _sim_spec(cfg: Any) -> dict[str, Any]:
     planted = _get(cfg, "planted_thresholds")
     if planted is not None and not isinstance(planted, dict):
@@ -71,7 +85,7 @@ def _sim_spec(cfg: Any) -> dict[str, Any]:
         "privileged": bool(_get(cfg, "privileged", True)),
         "planted": planted,
         "scenario": _get(cfg, "scenario"),
-        "energy_update_period_s": float(_get(cfg, "energy_update_period_s", 0.02)),
+        "energy_update_period_s": _optional_float(_get(cfg, "energy_update_period_s")),
     }
 
 
@@ -91,15 +105,21 @@ def journal_dir(cfg: Any) -> Path:
     explicit = _get(cfg, "journal_dir") or os.environ.get(JOURNAL_ENV)
     if explicit:
         return Path(explicit).expanduser().resolve()
-    if _get(cfg, "backend", "sim") == "sim":
+    backend = _get(cfg, "backend", "sim")
+    if backend == "sim":
         return sim_state_dir(cfg) / "journal"
+    name = "journal-cpu" if backend == "cpu" else "journal"
     if os.geteuid() == 0:
-        return Path("/var/lib/dvfs/journal")
-    return Path.home() / ".local" / "state" / "dvfs" / "journal"
+        return Path("/var/lib/dvfs") / name
+    return Path.home() / ".local" / "state" / "dvfs" / name
 
 
-def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend:
-    """Initialise NVML (real or simulated) for a ``device`` config and return the backend.
+CPU_ONLY_ENV = {"CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu"}
+"""What a ``device=cpu`` process sets so that JAX and TensorFlow run its kernels on the host."""
+
+
+def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend | CpuBackend:
+    """Initialise NVML (real or simulated), or the host CPU, for a ``device`` config.
 
     Args:
         cfg: the ``device`` config (a DeviceConfig, DictConfig or dict).
@@ -134,7 +154,10 @@ def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend:
                 raise UserError(str(e)) from e
         os.environ[SIM_STATE_ENV] = str(state)
         return SimBackend(sim_nvml, "sim")
-    raise UserError(f"device.backend={backend!r} is not one of: sim, nvml")
+    if backend == "cpu":
+        os.environ.update(CPU_ONLY_ENV)
+        return CpuBackend(_get(cfg, "powercap_root"))
+    raise UserError(f"device.backend={backend!r} is not one of: sim, nvml, cpu")
 
 
 def nvml_available() -> bool:
@@ -156,7 +179,7 @@ def nvml_available() -> bool:
             pass
 
 
-def select_devices(backend: NvmlBackend, gpus: list[Any] | None) -> list[Device]:
+def select_devices(backend: NvmlBackend | CpuBackend, gpus: list[Any] | None) -> list[Device]:
     """The devices named by ``device.gpus`` (indices or UUIDs), or all of them.
 
     Raises:
@@ -167,7 +190,8 @@ def select_devices(backend: NvmlBackend, gpus: list[Any] | None) -> list[Device]
     chosen: list[Device] = []
     for g in gpus:
         if isinstance(g, str) and not g.isdigit():
-            chosen.append(backend.device(uuid=g) if g.startswith(("GPU-", "MIG-")) else backend.device(pci_bus_id=g))
+            by_uuid = g.startswith(("GPU-", "MIG-", "CPU-"))
+            chosen.append(backend.device(uuid=g) if by_uuid else backend.device(pci_bus_id=g))
         else:
             chosen.append(backend.device(index=int(g)))
     if len({d.identity.uuid for d in chosen}) != len(chosen):
