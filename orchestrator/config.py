@@ -22,7 +22,7 @@ from orchestrator.errors import UserError
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 """The top-level ``conf/`` directory (an editable install keeps it beside the packages)."""
 
-BACKENDS = ("sim", "nvml")
+BACKENDS = ("sim", "nvml", "cpu")
 METERS = ("auto", "counter", "polling")
 OBJECTIVES = ("energy_per_work", "time_per_work", "edp", "ed2p")
 MAX_SIM_GPUS = 64  # as orchestrator.devices.sim.state.create_machine allows
@@ -34,7 +34,7 @@ MAX_REPEATS = 10_000  # windows per setting (a failed trial still writes one row
 class DeviceConfig:
     """Which GPUs, how to reach them, and the settings a trial asks for."""
 
-    backend: str = "sim"  # "sim" (simulated NVML) or "nvml" (nvidia-ml-py on real GPUs)
+    backend: str = "sim"  # "sim" (simulated NVML), "nvml" (real GPUs) or "cpu" (the host CPU)
     gpus: Optional[list[Any]] = None  # NVML indices or UUIDs to use; None: every GPU
     observe_only: bool = False  # change nothing; refuse any sweep that asks for a setting
     # --- settings a trial asks for (None: leave at the device's default) ---
@@ -55,6 +55,8 @@ class DeviceConfig:
     planted_thresholds: Any = None  # {gpu index or UUID: {kernel class or "*": MHz}}
     energy_update_period_s: float = 0.02  # the energy counter's update period (real: 20-100 ms)
     inject: Any = None  # tests and chaos only (sim): a fault to inject, see orchestrator/inject.py
+    # --- the host CPU (backend=cpu only) ---
+    powercap_root: Optional[str] = None  # RAPL's intel-rapl:N zones; None: /sys/class/powercap
 
 
 @dataclass
@@ -293,6 +295,29 @@ def validate_static(cfg: Any) -> None:
         raise UserError(f"device.power_limit_w={d.power_limit_w} must be a finite number greater than 0")
     _check_gpus(d.gpus)
     _check_planted(d.planted_thresholds)
+    if d.backend == "cpu":
+        _check_cpu(d, m)
+
+
+SETTINGS_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_mhz")
+"""The ``device`` keys a trial asks the device to be set to."""
+
+
+def _check_cpu(d: Any, m: Any) -> None:
+    """``device=cpu`` sets nothing, and has no power sensor to poll."""
+    asked = [
+        f"device.{k}={_show(getattr(d, k))}" for k in SETTINGS_KEYS if getattr(d, k) is not None
+    ]
+    if asked:
+        raise UserError(
+            f"device=cpu has no settings to change: {', '.join(asked)} (the host CPU is measured "
+            f"as it runs; drop the setting or use device=nvml or device=sim)"
+        )
+    if m.meter == "polling":
+        raise UserError(
+            "measure.meter=polling needs a power sensor, and device=cpu has none (its energy "
+            "comes from the RAPL counter): use measure.meter=auto"
+        )
 
 
 def one_line(message: str) -> str:
