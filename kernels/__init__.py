@@ -5,12 +5,13 @@ a JAX implementation (``jax.jit``), a TensorFlow one (``tf.function``, XLA on a 
 NumPy reference and an analytic count of FLOPs and minimum bytes per call. A kernel is built once
 (inputs, compile, warm-up) and then called many times on the same inputs::
 
-    from kernels import build_kernel, check_outputs, output_digest
+    from kernels import build_kernel, check_outputs, fingerprint_hex
 
     k = build_kernel("gemm", framework="jax", preset="tiny")
-    outs = [k.call() for _ in range(3)]
-    result = check_outputs(outs[-1:], k.reference(), k.dtype, k.precision, k.workload,
-                           digests=[output_digest(o) for o in outs])
+    calls = [k.dispatch_checked() for _ in range(3)]      # queued; fingerprints stay on the device
+    fingerprints = k.fetch([fp for _, fp in calls])       # a few bytes each, after the loop
+    result = check_outputs(k.fetch([calls[-1][0]]), k.reference(), k.dtype, k.precision,
+                           k.workload, digests=[fingerprint_hex(f) for f in fingerprints])
 
 Importing this package imports neither JAX nor TensorFlow (nor ml_dtypes): they load when the
 first kernel is built. This package knows nothing of devices, Ray or configuration.
@@ -19,6 +20,7 @@ first kernel is built. This package knows nothing of devices, Ray or configurati
 from kernels.cache import KernelCache
 from kernels.build import BuiltKernel
 from kernels.checks import CheckResult, Verdict, check_outputs, output_digest, tolerance_for
+from kernels.fingerprint import fingerprint_hex, numpy_fingerprint
 from kernels.registry import (
     FRAMEWORKS,
     WORKLOADS,
@@ -41,8 +43,10 @@ __all__ = [
     "WorkCounts",
     "build_kernel",
     "check_outputs",
+    "fingerprint_hex",
     "get_spec",
     "list_workloads",
+    "numpy_fingerprint",
     "output_digest",
     "tolerance_for",
 ]

@@ -4,8 +4,11 @@
 measurement window: it draws the inputs from a seeded generator (fresh random values, never
 zeros), rounds them to the kernel's dtype and places them on the framework's default device
 (the one GPU a worker sees, or the CPU), compiles the computation and runs it once to warm up.
-Then :meth:`BuiltKernel.call_device` is one synchronised call with no host transfer (for timing
-loops) and :meth:`BuiltKernel.call` the same with the output copied into a NumPy array.
+Then :meth:`BuiltKernel.dispatch` queues one call and returns at once (a timing loop dispatches
+many and waits with :meth:`BuiltKernel.sync` only where it must know the time),
+:meth:`BuiltKernel.dispatch_checked` queues the kernel fused with its on-device fingerprint
+(:mod:`kernels.fingerprint`), :meth:`BuiltKernel.call_device` is one synchronised call with no host
+transfer, and :meth:`BuiltKernel.call` the same with the output copied into a NumPy array.
 
 - JAX: ``jax.jit(f).lower(*inputs).compile()`` under ``jax.default_matmul_precision``; the
   precision is fixed at compile time. JAX always compiles with XLA, so ``xla`` is ignored (and
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from kernels import _frameworks as fw
+from kernels.fingerprint import jax_fingerprint, tf_fingerprint
 from kernels.spec import ITEMSIZE, KernelOptionError, KernelSpec, WorkCounts
 
 
@@ -47,16 +51,50 @@ def _check_framework(framework: str) -> None:
 
 
 class _JaxBackend:
-    """Compiled JAX executable and its device-resident inputs."""
+    """Compiled JAX executables (bare, and fused with the fingerprint) and their inputs.
+
+    Calls dispatch asynchronously: ``dispatch`` returns as soon as XLA has queued the call.
+    """
 
     def __init__(self, fn: Callable[..., Any], inputs: tuple[np.ndarray, ...], precision: str):
         jax = fw.import_jax()
+        self._jax = jax
+        self._fn = fn
+        self._precision = precision
         self._args = tuple(jax.device_put(a) for a in inputs)
         with fw.jax_precision_scope(precision):
             self._compiled = jax.jit(fn).lower(*self._args).compile()
+        self._checked: Any = None
+        self._fingerprint: Any = None
+
+    def dispatch(self) -> Any:
+        return self._compiled(*self._args)
+
+    def dispatch_checked(self) -> tuple[Any, Any]:
+        if self._checked is None:
+            fn = self._fn
+
+            def checked(*args: Any) -> tuple[Any, Any]:
+                out = fn(*args)
+                return out, jax_fingerprint(out)
+
+            with fw.jax_precision_scope(self._precision):
+                self._checked = self._jax.jit(checked).lower(*self._args).compile()
+        return self._checked(*self._args)
+
+    def fingerprint(self, handle: Any) -> Any:
+        if self._fingerprint is None:
+            self._fingerprint = self._jax.jit(jax_fingerprint)
+        return self._fingerprint(handle)
+
+    def sync(self, handle: Any) -> None:
+        self._jax.block_until_ready(handle)
+
+    def fetch(self, handles: list[Any]) -> list[np.ndarray]:
+        return [np.asarray(h) for h in self._jax.device_get(list(handles))]
 
     def call_device(self) -> Any:
-        out = self._compiled(*self._args)
+        out = self.dispatch()
         out.block_until_ready()
         return out
 
@@ -66,29 +104,73 @@ class _JaxBackend:
 
 
 class _TensorFlowBackend:
-    """Concrete ``tf.function`` and its device-resident inputs."""
+    """Concrete ``tf.function``s (bare, and with the fingerprint) and their device-resident inputs.
+
+    A call returns once TensorFlow has launched its kernels; on a GPU they run on after it, so
+    ``dispatch`` is asynchronous there and ``sync`` waits for the device (``sync_devices``). On a
+    CPU TensorFlow computes before it returns, and ``sync`` has nothing to wait for.
+    """
 
     def __init__(
         self, fn: Callable[..., Any], inputs: tuple[np.ndarray, ...], precision: str, xla: bool
     ):
         tf = fw.import_tensorflow()
         self._tf = tf
+        self._fn = fn
+        self._xla = bool(xla)
         self._precision = precision
         gpus = tf.config.list_logical_devices("GPU")
         self._sync = tf.test.experimental.sync_devices if gpus else None
-        device = gpus[0].name if gpus else "/CPU:0"
-        with tf.device(device):
+        self._device = gpus[0].name if gpus else "/CPU:0"
+        with tf.device(self._device):
             # identity copies each constant onto the device once, not at every call.
             self._args = tuple(tf.identity(tf.constant(a)) for a in inputs)
-        function = tf.function(fn, jit_compile=bool(xla), autograph=False)
+        function = tf.function(fn, jit_compile=self._xla, autograph=False)
         with fw.tf_precision_scope(precision):
             self._concrete = function.get_concrete_function(*self._args)
+        self._checked: Any = None
+        self._fingerprint: Any = None
 
-    def call_device(self) -> Any:
+    def _fingerprint_fn(self) -> Any:
+        if self._fingerprint is None:
+            # XLA runs the fingerprint on the output's device whatever the kernel was compiled
+            # with: TensorFlow's own GPU kernels lack most uint32 arithmetic.
+            self._fingerprint = self._tf.function(tf_fingerprint, jit_compile=True, autograph=False)
+        return self._fingerprint
+
+    def dispatch(self) -> Any:
         with fw.tf_precision_scope(self._precision):
-            out = self._concrete(*self._args)
+            return self._concrete(*self._args)
+
+    def dispatch_checked(self) -> tuple[Any, Any]:
+        if self._checked is None:
+            fn, fingerprint = self._fn, self._fingerprint_fn()
+
+            def checked(*args: Any) -> tuple[Any, Any]:
+                out = fn(*args)
+                return out, fingerprint(out)
+
+            function = self._tf.function(checked, jit_compile=self._xla, autograph=False)
+            with fw.tf_precision_scope(self._precision):
+                self._checked = function.get_concrete_function(*self._args)
+        with fw.tf_precision_scope(self._precision):
+            return self._checked(*self._args)
+
+    def fingerprint(self, handle: Any) -> Any:
+        with self._tf.device(self._device):
+            return self._fingerprint_fn()(handle)
+
+    def sync(self, handle: Any) -> None:
+        del handle
         if self._sync is not None:
             self._sync()
+
+    def fetch(self, handles: list[Any]) -> list[np.ndarray]:
+        return [np.asarray(h.numpy()) for h in handles]
+
+    def call_device(self) -> Any:
+        out = self.dispatch()
+        self.sync(out)
         return out
 
     @staticmethod
@@ -162,6 +244,35 @@ class BuiltKernel:
             An opaque handle to the output; :meth:`to_numpy` converts it.
         """
         return self._backend.call_device()
+
+    def dispatch(self) -> Any:
+        """Queue one call on the device and return at once (asynchronous dispatch).
+
+        Returns:
+            A handle to the output, which may still be being computed: :meth:`sync` waits for it.
+        """
+        return self._backend.dispatch()
+
+    def dispatch_checked(self) -> tuple[Any, Any]:
+        """Queue one call of the kernel fused with its fingerprint (one compiled step).
+
+        Returns:
+            Handles to the output and to its fingerprint (:mod:`kernels.fingerprint`), both on
+            the device.
+        """
+        return self._backend.dispatch_checked()
+
+    def fingerprint(self, handle: Any) -> Any:
+        """The on-device fingerprint of an output handle (a separate pass over the output)."""
+        return self._backend.fingerprint(handle)
+
+    def sync(self, handle: Any) -> None:
+        """Wait until the call that made ``handle`` (and every call before it) has finished."""
+        self._backend.sync(handle)
+
+    def fetch(self, handles: list[Any]) -> list[np.ndarray]:
+        """Copy device handles to the host, as NumPy arrays (after a window, never inside one)."""
+        return self._backend.fetch(handles)
 
     def to_numpy(self, handle: Any) -> np.ndarray:
         """Copy an output handle from :meth:`call_device` into a NumPy array."""

@@ -24,6 +24,7 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 BACKENDS = ("sim", "nvml", "cpu")
 METERS = ("auto", "counter", "polling")
+DIGESTS = ("after", "inline", "host")  # as orchestrator.window.DIGEST_MODES
 OBJECTIVES = ("energy_per_work", "time_per_work", "edp", "ed2p")
 MAX_SIM_GPUS = 64  # as orchestrator.devices.sim.state.create_machine allows
 MAX_REFERENCE_SAMPLES = 64  # calls 1, 2, 4, ... 2**63: more than any window makes
@@ -53,7 +54,7 @@ class DeviceConfig:
     privileged: bool = True  # false: setters fail with NVML_ERROR_NO_PERMISSION, as without root
     scenario: Optional[str] = None  # a ready fault scenario, e.g. "seed_claims"
     planted_thresholds: Any = None  # {gpu index or UUID: {kernel class or "*": MHz}}
-    energy_update_period_s: float = 0.02  # the energy counter's update period (real: 20-100 ms)
+    energy_update_period_s: Optional[float] = None  # counter update period; None: the profile's
     inject: Any = None  # tests and chaos only (sim): a fault to inject, see orchestrator/inject.py
     # --- the host CPU (backend=cpu only) ---
     powercap_root: Optional[str] = None  # RAPL's intel-rapl:N zones; None: /sys/class/powercap
@@ -89,6 +90,11 @@ class MeasureConfig:
     settle_s: float = 0.5  # idle time after applying settings, before warm-up
     repeats: int = 1  # independent windows per setting (a spread needs >= 3)
     reference_samples: int = 4  # calls compared with the float64 reference (plus the last)
+    # where calls are fingerprinted: "after" (a check run right after a bare timed window),
+    # "inline" (the timed calls themselves, on the device), "host" (copy + hash per call: debug)
+    digest: str = "after"
+    check_iters: Optional[int] = None  # calls in the check run (digest=after); None: as the window
+    counter_edge_wait_s: float = 0.5  # longest wait for an energy-counter update at a window's ends
     meter: str = "auto"  # auto (counter where the device has one), counter, polling
     poll_hz: float = 20.0  # power polling rate of the polling meter
     min_counter_updates: int = 10  # fewer energy-counter updates in a window: invalid
@@ -250,6 +256,7 @@ def validate_static(cfg: Any) -> None:
     d, m = cfg.device, cfg.measure
     check_choice("device.backend", d.backend, BACKENDS)
     check_choice("measure.meter", m.meter, METERS)
+    check_choice("measure.digest", m.digest, DIGESTS)
     check_choice("objective", cfg.objective, OBJECTIVES)
     positive = {
         "measure.window_s": m.window_s,
@@ -271,14 +278,20 @@ def validate_static(cfg: Any) -> None:
         "measure.reference_samples": m.reference_samples,
         "measure.min_counter_updates": m.min_counter_updates,
         "measure.clock_tolerance_mhz": m.clock_tolerance_mhz,
+        "measure.counter_edge_wait_s": m.counter_edge_wait_s,
     }
-    non_negative["device.energy_update_period_s"] = d.energy_update_period_s
+    if d.energy_update_period_s is not None:
+        non_negative["device.energy_update_period_s"] = d.energy_update_period_s
     non_negative["seed"] = cfg.seed
     for key, value in non_negative.items():
         if value is None or not value >= 0:  # NaN fails too
             raise UserError(f"{key}={value} must be 0 or more")
         if not _finite(value):
             raise UserError(f"{key}={value} must be a finite number")
+    if m.check_iters is not None and not 0 < m.check_iters <= m.max_iters:
+        raise UserError(
+            f"measure.check_iters={m.check_iters} must be between 1 and measure.max_iters={m.max_iters}"
+        )
     if m.min_iters > m.max_iters:
         raise UserError(f"measure.min_iters={m.min_iters} is above measure.max_iters={m.max_iters}")
     if m.repeats > MAX_REPEATS:

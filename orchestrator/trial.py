@@ -7,9 +7,11 @@ The sequence, for each trial:
 2. settle: let the device sit idle for ``measure.settle_s`` so clocks and power follow the setting;
 3. build the kernel (cached per process: the JIT compile happens once per GPU, never inside a
    window) and warm it up;
-4. for each repeat, one window: call the kernel until both ``measure.window_s`` of device time and
-   ``measure.min_iters`` calls have passed; hash every call's output (bitwise determinism), keep a
-   few for the float64 reference check (always the last); read time and energy from the meter;
+4. for each repeat, one window (``orchestrator/window.py``): queue calls asynchronously until both
+   ``measure.window_s`` of device time and ``measure.min_iters`` calls have passed, starting and
+   ending on energy-counter updates; then check: each checked call's on-device fingerprint
+   (bitwise determinism) and a few sampled outputs against the float64 reference (always the
+   last), from a check run right after the window (``measure.digest=after``, the default);
 5. judge: correctness (``ok`` / ``wrong`` / ``nondeterministic``) and validity (did the device
    run at the clock asked for, which throttle reasons fired, did the window span enough
    energy-counter updates);
@@ -20,6 +22,8 @@ at ``workload.sim_size`` (by default the ``gpu`` preset): the sim's clock, energ
 describe the GPU-sized problem while the CPU computes a small one, so outputs and checks stay real
 and fast. Faults the sim draws below a device's stability threshold corrupt the real output (one
 flipped bit in one element) or crash the call, so the checks see them as they would on hardware.
+On ``device=cpu`` (the host measured as a device) time is wall time and energy comes from RAPL
+where it can be read; where it cannot, the row measures time only and ``energy_note`` says why.
 
 A failure inside a trial is a result, not an exception out of the sweep: a crash is a ``crash``
 row, a lost device a ``device_error`` row. Before anything else a trial asks ``Device.health()``:
@@ -44,21 +48,16 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator import inject
 from orchestrator.config import parse_sm_clock
-from orchestrator.devices.base import Device, Fault, KernelWork
+from orchestrator.devices.base import Device, KernelWork
 from orchestrator.errors import DeviceError, DeviceLostError, UserError
 from orchestrator.guard import SettingsGuard, SettingsRequest
-from orchestrator.meter import EnergyMeter, Measurement
+from orchestrator.window import Checks, KernelCalls, SimulatedCrash, Window, measure_window
 
 SCHEMA_VERSION = 1
 
 # Config keys that do not change what a trial measures (kept out of the trial key).
 _NON_IDENTITY_KEYS = ("store_dir", "quiet", "objective")
-
-
-class SimulatedCrash(RuntimeError):
-    """The simulated GPU crashed a kernel call (the trial records ``crash``)."""
 
 
 def settings_request(device_cfg: Any) -> SettingsRequest:
@@ -199,16 +198,18 @@ def run_trial(ctx: TrialContext, cfg: Any, resolved: dict[str, Any]) -> list[dic
             kernel_class=cfg.workload.name,
             framework=cfg.framework.name,
         )
-        for _ in range(m.warmup_iters):
-            _call(kernel, device, work, ctx.rng)
+        if m.warmup_iters:
+            KernelCalls(kernel, device, work, None).run(m.warmup_iters)
         reference = kernel.reference()
         for repeat in range(m.repeats):
             row = dict(base, repeat=repeat, started_at=time.time())
             rows.append(row)
-            meas, digests, sampled = _window(kernel, device, work, m, ctx.rng)
-            _fill_measured(row, meas, digests, counts, cfg, request)
+            window = measure_window(kernel, device, work, m, ctx.rng)
+            _fill_measured(row, window, counts, cfg, request)
+            if window.measurement.method == "none":
+                row["energy_note"] = device.capabilities().energy_note or "no energy sensor"
             row["temperature_c"] = device.temperature_c()
-            _fill_checks(row, digests, sampled, reference, cfg)
+            _fill_checks(row, window.checks, reference, cfg)
             row["ended_at"] = time.time()
     except SimulatedCrash as e:
         _fail_rows(rows, base, m.repeats, "crash", str(e))
@@ -284,6 +285,12 @@ def _base_row(ctx: TrialContext, cfg: Any, resolved: dict[str, Any], key: str, r
         "invalid_reason": None,
         "meter": None,
         "energy_counter_updates": None,
+        "energy_counter_period_s": None,
+        "window_aligned": None,
+        "energy_note": None,
+        "digest": cfg.measure.digest,
+        "checked_iters": None,
+        "check_time_s": None,
         "config": resolved,
         "versions": library_versions(),
         "git_commit": git_commit(),
@@ -291,84 +298,36 @@ def _base_row(ctx: TrialContext, cfg: Any, resolved: dict[str, Any], key: str, r
     }
 
 
-def _call(kernel: Any, device: Device, work: KernelWork, rng: np.random.Generator) -> np.ndarray:
-    """One kernel call, accounted by the device; a simulated fault corrupts or crashes it."""
-    inject.on_kernel_call(device)  # test and chaos only: device.inject (orchestrator/inject.py)
-    out = kernel.to_numpy(kernel.call_device())
-    fault = device.on_kernel_call(work)
-    if fault is Fault.CRASH:
-        raise SimulatedCrash(
-            f"kernel call crashed on {device.identity.name} {device.identity.uuid} "
-            f"(simulated fault at {device.sm_clock_mhz()} MHz)"
-        )
-    if fault is Fault.CORRUPT:
-        out = flip_random_bit(out, rng)
-    return out
-
-
-def flip_random_bit(out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A copy of ``out`` with one bit flipped in one element (what unstable silicon does)."""
-    corrupted = np.array(out, copy=True)
-    flat = corrupted.reshape(-1).view(np.uint8)
-    byte = int(rng.integers(flat.size))
-    flat[byte] ^= np.uint8(1 << int(rng.integers(8)))
-    return corrupted
-
-
-def _window(kernel: Any, device: Device, work: KernelWork, m: Any, rng: np.random.Generator) -> tuple[Measurement, list[str], list[np.ndarray]]:
-    """Call the kernel until the window is long enough; hash every output, keep a sample."""
-    from kernels import output_digest
-
-    meter = EnergyMeter(device, method=m.meter, poll_hz=m.poll_hz)
-    digests: list[str] = []
-    sampled: list[np.ndarray] = []
-    keep_at = {2**i for i in range(int(m.reference_samples))}  # calls 1, 2, 4, 8, ...
-    meter.start()
-    t0 = device.now_s()
-    n = 0
-    last: np.ndarray | None = None
-    while True:
-        out = _call(kernel, device, work, rng)
-        n += 1
-        meter.tick()
-        digests.append(output_digest(out))
-        if n in keep_at:
-            sampled.append(out)
-        last = out
-        elapsed = device.now_s() - t0
-        if (elapsed >= m.window_s and n >= m.min_iters) or n >= m.max_iters:
-            break
-    meas = meter.stop()
-    if last is not None and n not in keep_at:
-        sampled.append(last)
-    return meas, digests, sampled
-
-
-def _fill_measured(row: dict[str, Any], meas: Measurement, digests: list[str], counts: Any, cfg: Any, request: SettingsRequest) -> None:
-    n = len(digests)
+def _fill_measured(row: dict[str, Any], window: Window, counts: Any, cfg: Any, request: SettingsRequest) -> None:
+    meas = window.measurement
+    n = window.iterations
     t = meas.time_s
+    energy = meas.energy_j
     m = cfg.measure
     row.update(
         iterations=n,
         time_s=t,
         time_per_iter_s=t / n if n else None,
         throughput=n / t if t > 0 else None,
-        energy_j=meas.energy_j,
-        energy_per_iter_j=meas.energy_j / n if n else None,
+        energy_j=energy,
+        energy_per_iter_j=energy / n if n and energy is not None else None,
         avg_power_w=meas.avg_power_w,
         peak_power_w=meas.peak_power_w,
         observed_sm_clock_mhz=meas.mean_sm_clock_mhz,
         throttle_reasons=meas.reasons.names(),
         meter=meas.method,
         energy_counter_updates=meas.counter_updates,
+        energy_counter_period_s=meas.counter_period_s,
+        window_aligned=window.aligned,
     )
     tflop = counts.flops * n / 1e12
     gb = counts.bytes_moved * n / 1e9
     if t > 0:
         row["tflops"] = tflop / t
         row["gbps"] = gb / t
-    row["energy_per_tflop_j"] = meas.energy_j / tflop if tflop > 0 else None
-    row["energy_per_gb_j"] = meas.energy_j / gb if gb > 0 else None
+    if energy is not None:
+        row["energy_per_tflop_j"] = energy / tflop if tflop > 0 else None
+        row["energy_per_gb_j"] = energy / gb if gb > 0 else None
     reasons = []
     asked = request.sm_clock_mhz
     observed = meas.mean_sm_clock_mhz
@@ -390,16 +349,16 @@ def _fill_measured(row: dict[str, Any], meas: Measurement, digests: list[str], c
     row["invalid_reason"] = "; ".join(reasons) or None
 
 
-def _fill_checks(row: dict[str, Any], digests: list[str], sampled: list[np.ndarray], reference: np.ndarray, cfg: Any) -> None:
+def _fill_checks(row: dict[str, Any], checks: Checks, reference: np.ndarray, cfg: Any) -> None:
     from kernels import check_outputs
 
     result = check_outputs(
-        sampled,
+        checks.sampled,
         reference,
         cfg.workload.dtype,
         cfg.framework.precision,
         cfg.workload.name,
-        digests=digests,
+        digests=checks.digests,
     )
     row.update(
         rel_error=float(result.rel_error),
@@ -407,6 +366,8 @@ def _fill_checks(row: dict[str, Any], digests: list[str], sampled: list[np.ndarr
         nonfinite_count=int(result.nonfinite_count),
         determinism_mismatches=int(result.determinism_mismatches),
         status=result.verdict.value,
+        checked_iters=checks.calls,
+        check_time_s=checks.time_s,
     )
 
 

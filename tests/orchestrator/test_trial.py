@@ -5,46 +5,8 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from kernels import KernelCache
 from orchestrator.config import compose
-from orchestrator.devices import journal_dir, open_backend
-from orchestrator.guard import Journal, SettingsGuard
-from orchestrator.trial import TrialContext, objective, run_trial
-
-KERNELS = KernelCache()  # one cache for the module: each kernel compiles once, as on a worker
-
-
-@pytest.fixture
-def run(tmp_path):
-    """run(*overrides) -> rows of one trial on a fresh simulated A100."""
-    opened = []
-
-    def _run(*overrides: str):
-        while opened:  # one guard per GPU at a time, as in a worker
-            backend, guard = opened.pop()
-            guard.close()
-            backend.close()
-        cfg = compose(
-            [
-                "workload.size=tiny",
-                "measure=quick",
-                f"device.state_dir={tmp_path / 'sim'}",
-                *overrides,
-            ]
-        )
-        backend = open_backend(cfg.device)
-        device = backend.device(0)
-        guard = SettingsGuard(device, Journal(journal_dir(cfg.device))).__enter__()
-        opened.append((backend, guard))
-        ctx = TrialContext(device=device, guard=guard, kernels=KERNELS, sweep_id="test")
-        rows = run_trial(ctx, cfg, OmegaConf.to_container(cfg, resolve=True))
-        return rows, ctx
-
-    yield _run
-    for backend, guard in opened:
-        guard.close()
-        backend.close()
-
+from orchestrator.trial import objective, run_trial
 
 def test_counter_energy_equals_model_power_times_time(run):
     rows, _ = run("measure.window_s=10", "device.energy_update_period_s=0.02")

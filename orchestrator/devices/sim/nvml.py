@@ -344,7 +344,7 @@ def nvmlDeviceGetTotalEnergyConsumption(handle: SimHandle) -> int:
     if not m.profiles[i].has_energy_counter:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     s = m.read(i)
-    value = s["counter_mj"] if m.spec.energy_update_period_s > 0 else s["energy_mj"]
+    value = s["counter_mj"] if counter_period_s(m, i) > 0 else s["energy_mj"]
     return int(value)
 
 
@@ -527,13 +527,19 @@ def nvmlEventSetFree(eventSet: SimEventSet) -> None:
 
 
 # --- sim extensions -------------------------------------------------------------------------
+def counter_period_s(m: Machine, i: int) -> float:
+    """How often GPU ``i``'s energy counter updates: the machine's setting, else its profile's."""
+    period = m.spec.energy_update_period_s
+    return m.profiles[i].energy_counter_period_s if period is None else period
+
+
 def _advance(m: Machine, i: int, s: dict[str, Any], duration_s: float, power: float) -> float:
     """Move a GPU's virtual time on by ``duration_s`` at ``power`` W; returns the energy in mJ."""
     p = m.profiles[i]
     t0, t1 = s["time_s"], s["time_s"] + duration_s
     energy = power * duration_s * 1e3
     s["energy_mj"] += energy
-    period = m.spec.energy_update_period_s
+    period = counter_period_s(m, i)
     if period > 0 and math.floor(t1 / period) > math.floor(t0 / period):
         tick = math.floor(t1 / period) * period
         s["counter_mj"] = s["energy_mj"] - power * (t1 - tick) * 1e3

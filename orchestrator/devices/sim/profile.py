@@ -66,6 +66,7 @@ class GpuProfile:
     thermal_time_constant_s: float  # first-order lag of the die temperature
     slowdown_temp_c: float  # above this the clock is slowed (HW thermal slowdown)
     launch_overhead_s: float = 5e-6  # fixed cost of one kernel launch
+    energy_counter_period_s: float = 0.1  # how often the energy counter updates (see the YAMLs)
 
     def __hash__(self) -> int:
         return hash(self.key)
@@ -187,6 +188,7 @@ def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> Gp
             thermal_resistance_c_per_w=float(thermal["resistance_c_per_w"]),
             thermal_time_constant_s=float(thermal["time_constant_s"]),
             slowdown_temp_c=float(thermal["slowdown_c"]),
+            energy_counter_period_s=float(raw.get("energy_counter_period_s", 0.1)),
         )
     except KeyError as e:
         raise ProfileError(f"{where}: missing key {e}") from None
@@ -198,6 +200,8 @@ def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> Gp
         profile.power_limit_min_w <= profile.power_limit_default_w <= profile.power_limit_max_w
     ):
         raise ProfileError(f"{where}: power_limit_w needs min <= default <= max")
+    if not profile.energy_counter_period_s >= 0:
+        raise ProfileError(f"{where}: energy_counter_period_s must be 0 or more")
     if not 0 < profile.v_min_v <= profile.v_max_v:
         raise ProfileError(f"{where}: vf_curve needs 0 < v_min <= v_max")
     if profile.clock_offset_range_mhz is not None:

@@ -60,7 +60,7 @@ class MachineSpec:
     privileged: bool
     planted: dict[str, Any] | None
     scenario: str | None
-    energy_update_period_s: float
+    energy_update_period_s: float | None  # None: each GPU's profile says
 
 
 def state_dir_from_env(state_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -87,7 +87,7 @@ def create_machine(
     privileged: bool = True,
     planted: dict[Any, Any] | None = None,
     scenario: str | None = None,
-    energy_update_period_s: float = 0.02,
+    energy_update_period_s: float | None = None,
     replace: bool = False,
 ) -> Machine:
     """Create (or re-open, if the spec is the same) a simulated machine in ``state_dir``.
@@ -100,7 +100,8 @@ def create_machine(
         privileged: False makes every setter fail with NVML_ERROR_NO_PERMISSION.
         planted: stability thresholds ``{gpu index or UUID: {kernel class or "*": MHz}}``.
         scenario: a ready fault scenario (``seed_claims``).
-        energy_update_period_s: the energy counter updates this often (0: exact).
+        energy_update_period_s: the energy counter updates this often (0: exact; None: as each
+            GPU's profile says, ~100 ms on Ampere and Hopper).
         replace: overwrite a machine with a different spec instead of refusing.
 
     Raises:
@@ -116,9 +117,10 @@ def create_machine(
         load_profile(name)
     if scenario is not None and scenario not in SCENARIOS:
         raise ProfileError(f"unknown scenario {scenario!r}; available: {', '.join(SCENARIOS)}")
-    if energy_update_period_s < 0:
+    if energy_update_period_s is not None and not energy_update_period_s >= 0:
         raise MachineSpecError("energy_update_period_s must be 0 or more")
-    spec = MachineSpec(names, int(seed), bool(privileged), _normalise_planted(planted), scenario, float(energy_update_period_s))
+    period = None if energy_update_period_s is None else float(energy_update_period_s)
+    spec = MachineSpec(names, int(seed), bool(privileged), _normalise_planted(planted), scenario, period)
     root = Path(state_dir)
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / "machine.lock")):

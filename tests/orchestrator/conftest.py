@@ -1,0 +1,52 @@
+"""Fixtures for the orchestrator's tests: one trial on a fresh simulated A100."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from kernels import KernelCache
+from orchestrator.config import compose
+from orchestrator.devices import journal_dir, open_backend
+from orchestrator.guard import Journal, SettingsGuard
+from orchestrator.trial import TrialContext, run_trial
+
+KERNELS = KernelCache()  # one cache for the module: each kernel compiles once, as on a worker
+
+
+@pytest.fixture
+def run(tmp_path):
+    """run(*overrides, before=None, kernels=None) -> (rows, ctx) of one trial on a simulated A100
+    (one machine per test; ``before(device)`` runs first, e.g. to idle the GPU into another counter
+    phase; ``kernels`` replaces the module's kernel cache)."""
+    opened = []
+
+    def _run(*overrides: str, before=None, kernels=None):
+        while opened:  # one guard per GPU at a time, as in a worker
+            backend, guard = opened.pop()
+            guard.close()
+            backend.close()
+        cfg = compose(
+            [
+                "workload.size=tiny",
+                "measure=quick",
+                f"device.state_dir={tmp_path / 'sim'}",
+                *overrides,
+            ]
+        )
+        backend = open_backend(cfg.device)
+        device = backend.device(0)
+        guard = SettingsGuard(device, Journal(journal_dir(cfg.device))).__enter__()
+        opened.append((backend, guard))
+        ctx = TrialContext(device=device, guard=guard, kernels=kernels or KERNELS, sweep_id="test")
+        if before is not None:
+            before(device)
+        rows = run_trial(ctx, cfg, OmegaConf.to_container(cfg, resolve=True))
+        return rows, ctx
+
+    yield _run
+    for backend, guard in opened:
+        guard.close()
+        backend.close()
+
+
