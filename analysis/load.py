@@ -34,8 +34,10 @@ ROW_COLUMNS: list[str] = [
     "energy_per_iter_j", "energy_per_tflop_j", "energy_per_gb_j",
     # checks
     "rel_error", "max_abs_error", "nonfinite_count", "determinism_mismatches", "status", "error",
+    "digest", "checked_iters", "check_time_s",
     # validity
-    "valid", "invalid_reason", "meter", "energy_counter_updates",
+    "valid", "invalid_reason", "meter", "energy_counter_updates", "energy_counter_period_s",
+    "window_aligned", "energy_note",
     # context
     "config", "versions", "git_commit", "config_hash",
 ]

@@ -92,10 +92,13 @@ def thresholds(
     """
     by = list(by)
     require_columns(df, [clock, "status"], "thresholds")
-    df = with_columns(df, [*by, "device_name", "valid", "iterations", "search_role"])
+    df = with_columns(df, [*by, "device_name", "valid", "iterations", "checked_iters", "search_role"])
     search_role = _search_roles(df, roles)
     clocks = numeric(df[clock])
-    iters = numeric(df["iterations"])
+    # Clean iterations are checked calls: a check run may be shorter than its window, and rows
+    # stored before checked_iters existed checked every timed call.
+    checked = numeric(df["checked_iters"])
+    iters = np.where(np.isfinite(checked), checked, numeric(df["iterations"]))
     status = df["status"].tolist()
     valid = truthy(df["valid"])
     ok = np.array([s == OK for s in status])

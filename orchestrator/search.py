@@ -200,11 +200,18 @@ class Outcome:
     reason: str | None = None
 
 
+def checked_calls(row: Mapping[str, Any]) -> int:
+    """The calls of a trial whose outputs were checked (``checked_iters``; rows stored before it
+    existed checked every timed call, so ``iterations``)."""
+    checked = row.get("checked_iters")
+    return int(row.get("iterations") or 0) if checked is None else int(checked)
+
+
 def outcome_of(rows: Sequence[Mapping[str, Any]]) -> Outcome:
     """The outcome of one trial from its stored rows (one per repeat)."""
     if not rows:
         return Outcome(None, 0, "missing", "the trial stored no row")
-    iterations = sum(int(r.get("iterations") or 0) for r in rows)
+    iterations = sum(checked_calls(r) for r in rows)
     bad = [r for r in rows if r.get("status") != "ok"]
     if bad:
         first = str(bad[0].get("error") or "").strip().splitlines()
