@@ -206,10 +206,15 @@ def summarise(rows: list[dict[str, Any]], label: str) -> str:
     lines = []
     for r in rows:
         if r.get("iterations"):
+            energy = (
+                "no energy measured"  # device=cpu without a readable RAPL counter
+                if r.get("energy_j") is None
+                else f"{r['avg_power_w']:.0f} W avg, {r['energy_per_iter_j']:.4g} J/iter"
+            )
             lines.append(
                 f"{label} #{r['repeat']}: {r['status']}, {r['iterations']} iters in {r['time_s']:.3f} s, "
-                f"{r['tflops'] or 0:.2f} TFLOP/s, {r['avg_power_w']:.0f} W avg, "
-                f"{r['energy_per_iter_j']:.4g} J/iter, SM {r['observed_sm_clock_mhz'] or 0:.0f} MHz"
+                f"{r['tflops'] or 0:.2f} TFLOP/s, {energy}, "
+                f"SM {r['observed_sm_clock_mhz'] or 0:.0f} MHz"
                 + ("" if r["valid"] else f", INVALID: {r['invalid_reason']}")
             )
         else:

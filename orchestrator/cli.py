@@ -135,7 +135,7 @@ def _devices(rest: list[str]) -> int:
 
 def _describe(device: Any) -> dict[str, Any]:
     caps = device.capabilities()
-    clocks = caps.supported_sm_clocks_mhz()
+    clocks = caps.supported_sm_clocks_mhz() if caps.mem_clocks_mhz else ()  # device=cpu: none
     settings = device.settings()
     tele = device.telemetry()
     return {
@@ -149,11 +149,13 @@ def _describe(device: Any) -> dict[str, Any]:
         "power_limit_default_w": caps.power_limit_default_w,
         "clock_offset_range_mhz": list(caps.clock_offset_range_mhz) if caps.clock_offset_range_mhz else None,
         "has_energy_counter": caps.has_energy_counter,
+        "has_power_sensor": caps.has_power_sensor,
+        "energy_note": caps.energy_note,
         "power_limit_w": settings.power_limit_w,
         "clock_offset_mhz": settings.clock_offset_mhz,
         "sm_clock_mhz": tele.sm_clock_mhz,
         "mem_clock_mhz": tele.mem_clock_mhz,
-        "power_w": tele.power_mw / 1000.0,
+        "power_w": tele.power_mw / 1000.0 if caps.has_power_sensor else None,
         "temperature_c": tele.temperature_c,
         "energy_j": None if tele.energy_mj is None else tele.energy_mj / 1000.0,
         "clock_event_reasons": tele.clock_event_reasons.names(),
@@ -161,6 +163,8 @@ def _describe(device: Any) -> dict[str, Any]:
 
 
 def _format_device(d: dict[str, Any]) -> str:
+    if d["backend"] == "cpu":
+        return _format_cpu(d)
     offset = d["clock_offset_range_mhz"]
     lines = [
         f"[{d['index']}] {d['name']}  {d['uuid']}  pci {d['pci_bus_id']}  ({d['backend']}, driver {d['driver_version']}, {d['architecture']})",
@@ -173,6 +177,22 @@ def _format_device(d: dict[str, Any]) -> str:
         + (f", energy counter {d['energy_j']:.1f} J" if d["energy_j"] is not None else ", no energy counter"),
     ]
     return "\n".join(lines)
+
+
+def _format_cpu(d: dict[str, Any]) -> str:
+    """The host CPU (``device=cpu``): identity, what it measures, nothing settable."""
+    energy = (
+        f"energy counter {d['energy_j']:.1f} J (RAPL)" if d["energy_j"] is not None
+        else d["energy_note"] or "no energy counter"
+    )
+    temperature = f"{d['temperature_c']} C" if d["temperature_c"] else "no temperature sensor"
+    return "\n".join([
+        f"[{d['index']}] {d['name']}  {d['uuid']}  ({d['backend']}, kernel {d['driver_version']}, "
+        f"{d['architecture']})",
+        "    settings      none (the CPU is measured as it runs)",
+        f"    now           {d['sm_clock_mhz']} MHz mean core clock, {temperature}, "
+        f"no power sensor, {energy}",
+    ])
 
 
 # --- restore ----------------------------------------------------------------------------------

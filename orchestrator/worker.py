@@ -11,7 +11,8 @@ GPU directly. A number is a CUDA ordinal in PCI bus order (the worker runs with
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), so it is resolved to the node's GPUs sorted by PCI bus id, and
 from then on the worker names its GPU by UUID only: NVML's own index is never trusted to match
 CUDA's. On the simulated GPU the local Ray instance declares one logical GPU per simulated GPU, and
-the same rule maps logical GPU ``k`` to the ``k``-th simulated GPU in PCI order.
+the same rule maps logical GPU ``k`` to the ``k``-th simulated GPU in PCI order. On ``device=cpu``
+it declares one logical GPU, which stands for the host CPU (the backend's one device, index 0).
 
 **Which machine.** On the simulated GPU a worker uses the simulated machine of its node: the
 ``DVFS_SIM_STATE_DIR`` of its process (passed by the driver for a local Ray instance, inherited
@@ -415,9 +416,10 @@ class Slot:
 
     @property
     def label(self) -> str:
-        """``gpu2`` (one node) or ``gpu2@host`` (a cluster)."""
-        index = self.info["identity"]["index"]
-        return f"gpu{index}@{self.info['host']}" if self.info.get("multi_node") else f"gpu{index}"
+        """``gpu2`` (one node) or ``gpu2@host`` (a cluster); ``cpu0`` for the host CPU."""
+        identity = self.info["identity"]
+        name = f"{'cpu' if identity.get('backend') == 'cpu' else 'gpu'}{identity['index']}"
+        return f"{name}@{self.info['host']}" if self.info.get("multi_node") else name
 
     @property
     def node_id(self) -> str | None:
@@ -470,12 +472,11 @@ class GpuPool:
         import ray
 
         if self.settings.address is None:
-            sim = self.device.get("backend") == "sim"
+            # One logical GPU per simulated GPU, one for the host CPU; real GPUs: Ray counts them.
+            declared = {"sim": int(self.device.get("count") or 1), "cpu": 1}
             ray.init(
                 address="local",
-                num_gpus=int(self.device.get("count") or 1)
-                if sim
-                else None,  # one per simulated GPU
+                num_gpus=declared.get(self.device.get("backend")),
                 include_dashboard=bool(self.settings.dashboard),
                 dashboard_host="127.0.0.1",
                 **quiet,
