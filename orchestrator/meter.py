@@ -125,15 +125,20 @@ class EnergyMeter:
         self._open = False
         self._armed = False
 
-    def _read(self) -> Sample:
+    def _read(self, *, time_last: bool = False) -> Sample:
+        """Read every sensor. The time is read first (closing a window: the reads fall after it)
+        or last (opening one: they fall before it), so no sensor query lands inside a window."""
         d = self.device
-        return Sample(
-            t_s=d.now_s(),
+        t_s = None if time_last else d.now_s()
+        sample = Sample(
+            t_s=0.0,
             power_mw=d.power_mw() if self._has_power else None,
             energy_mj=d.energy_mj() if self.method == "counter" else None,
             sm_clock_mhz=d.sm_clock_mhz(),
             reasons=int(d.clock_event_reasons()),
         )
+        sample.t_s = d.now_s() if t_s is None else t_s
+        return sample
 
     # --- watching the counter ----------------------------------------------------------------
     def arm(self) -> None:
@@ -167,7 +172,7 @@ class EnergyMeter:
         """Open the window now (the caller has synchronised the framework)."""
         if not self._armed:
             self.arm()
-        first = self._read()
+        first = self._read(time_last=True)
         with self._lock:
             if self.method == "counter":
                 if first.energy_mj != self._last_energy:  # moved since the caller last looked

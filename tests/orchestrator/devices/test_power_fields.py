@@ -116,7 +116,7 @@ class _NoFieldValues:
     [(_NoAverage(), {"instant"}), (_NoFieldValues(), set())],
     ids=["field-not-supported", "driver-without-field-values"],
 )
-def test_a_reading_the_gpu_does_not_offer_is_none_and_the_others_still_come(backend, nvml, expected):
+def test_a_reading_the_gpu_does_not_offer_is_none_and_the_others_come(backend, nvml, expected):
     with NvmlBackend(nvml, "sim") as other:
         readings = other.device(0).power_readings_mw()
     assert readings["usage"] == backend.device(0).power_mw()
