@@ -1,0 +1,182 @@
+#!/usr/bin/env python
+"""What a trial's window costs on a real-time device: the time per iteration a trial measures
+against the bare kernel loop, in the same run.
+
+For every workload x framework at a preset, on ``device=cpu`` (the host, wall time) or
+``device=nvml`` (an NVIDIA GPU, observe-only: nothing is set), it runs:
+
+- **trial**: one ``run_trial`` window (``measure.digest=after``, the default: bare calls queued
+  asynchronously, counter-aligned ends, the check run after it), and reads its
+  ``time_per_iter_s``;
+- **bare**: the same built kernel, the same number of calls back to back, one synchronisation at
+  the end (the fastest the device can go);
+- **host digest**: the loop the window used to run, each call synchronised, copied to the host and
+  hashed there (BLAKE2b), for comparison (``measure.digest=host``);
+- **inline** (``--inline``): a trial with the fingerprint fused into the timed calls.
+
+Trial and bare loop alternate ``--rounds`` times and the fastest of each counts (other work on a
+shared machine only ever slows a loop down). ``ratio = trial / bare``; the target is at most 1.03
+for every pair. The simulated GPU is not offered: its virtual clock hides host work, so every
+ratio would be 1 by construction.
+
+Usage::
+
+    .venv/bin/python scripts/bench_window.py [--device cpu] [--preset cpu] [--window-s 2]
+        [--workloads stencil gemm] [--frameworks jax] [--inline] [--json rows.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a file, the script's folder comes first, not the repo.
+    sys.path.insert(0, str(REPO))
+
+TARGET_RATIO = 1.03
+
+
+def bare_loop_s_per_iter(kernel: Any, calls: int) -> float:
+    """``calls`` calls back to back, one synchronisation at the end: seconds per call."""
+    start = time.perf_counter()
+    out = None
+    for _ in range(calls):
+        out = kernel.dispatch()
+    kernel.sync(out)
+    return (time.perf_counter() - start) / calls
+
+
+def host_digest_s_per_iter(kernel: Any, calls: int) -> float:
+    """The old window loop: every call synchronised, copied to the host and hashed there."""
+    from kernels import output_digest
+
+    start = time.perf_counter()
+    for _ in range(calls):
+        output_digest(kernel.to_numpy(kernel.call_device()))
+    return (time.perf_counter() - start) / calls
+
+
+def _trial(ctx: Any, overrides: list[str]) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    from orchestrator.config import compose, validate_static
+    from orchestrator.trial import run_trial
+
+    cfg = compose(overrides)
+    validate_static(cfg)
+    (row,) = run_trial(ctx, cfg, OmegaConf.to_container(cfg, resolve=True))
+    if row["status"] != "ok":
+        raise RuntimeError(f"trial {row['status']}: {row.get('error')}")
+    return row
+
+
+def bench_pair(workload: str, framework: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One workload x framework: the trial's time per iteration against the bare loop's."""
+    from orchestrator.app import open_context
+
+    overrides = [
+        f"device={args.device}", f"workload={workload}", f"framework={framework}",
+        f"workload.size={args.preset}", f"measure.window_s={args.window_s}", "measure.repeats=1",
+        "measure.settle_s=0", "measure.warmup_iters=3", "quiet=true",
+    ]
+    if args.device == "nvml":
+        overrides.append("device.observe_only=true")
+    from orchestrator.config import compose
+
+    ctx = open_context(compose(overrides).device)
+    trial_s, bare_s = [], []
+    row: dict[str, Any] = {}
+    for _ in range(args.rounds):
+        row = _trial(ctx, overrides)
+        kernel = ctx.kernels.get(
+            workload, framework=framework, preset=args.preset, dtype="float32",
+            precision="default", seed=0, xla=False,
+        )
+        trial_s.append(row["time_per_iter_s"])
+        bare_s.append(bare_loop_s_per_iter(kernel, row["iterations"]))
+    result = {
+        "workload": workload, "framework": framework, "preset": args.preset,
+        "device": row["device_name"], "iterations": row["iterations"],
+        "trial_s_per_iter": min(trial_s), "bare_s_per_iter": min(bare_s),
+        "ratio": min(trial_s) / min(bare_s),
+        "meter": row["meter"], "energy_note": row.get("energy_note"),
+    }
+    host_calls = max(3, min(row["iterations"], int(args.window_s / result["bare_s_per_iter"])))
+    host_s = host_digest_s_per_iter(kernel, host_calls)
+    result["host_digest_s_per_iter"] = host_s
+    result["host_digest_ratio"] = host_s / result["bare_s_per_iter"]
+    if args.inline:
+        inline = _trial(ctx, [*overrides, "measure.digest=inline"])
+        result["inline_ratio"] = inline["time_per_iter_s"] / result["bare_s_per_iter"]
+    return result
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The table for the README: trial and bare time per iteration, their ratio, the old loop's."""
+    inline = any("inline_ratio" in r for r in rows)
+    head = "| workload | framework | trial ms/iter | bare ms/iter | trial / bare | old host-digest loop / bare |"
+    rule = "|---|---|---:|---:|---:|---:|"
+    if inline:
+        head += " inline fingerprint / bare |"
+        rule += "---:|"
+    lines = [head, rule]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['workload']} | {r['framework']} | failed: {r['error']} | | | |")
+            continue
+        line = (
+            f"| {r['workload']} | {r['framework']} | {r['trial_s_per_iter'] * 1e3:.3f} | "
+            f"{r['bare_s_per_iter'] * 1e3:.3f} | {r['ratio']:.3f} | {r['host_digest_ratio']:.2f} |"
+        )
+        if inline:
+            line += f" {r.get('inline_ratio', float('nan')):.2f} |"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; exit 1 when a pair is over the target or failed."""
+    from kernels import FRAMEWORKS, list_workloads
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=("cpu", "nvml"), default="cpu")
+    parser.add_argument("--preset", default="cpu", help="size preset: tiny, cpu, gpu")
+    parser.add_argument("--window-s", type=float, default=2.0, help="window length in seconds")
+    parser.add_argument("--rounds", type=int, default=2, help="trial/bare alternations")
+    parser.add_argument("--workloads", nargs="+", default=list(list_workloads()))
+    parser.add_argument("--frameworks", nargs="+", default=list(FRAMEWORKS))
+    parser.add_argument("--inline", action="store_true", help="also time inline fingerprints")
+    parser.add_argument("--json", type=Path, help="write the rows as JSON here")
+    args = parser.parse_args(argv)
+
+    from orchestrator.app import close_session
+
+    rows = []
+    try:
+        for framework in args.frameworks:
+            for workload in args.workloads:
+                try:
+                    rows.append(bench_pair(workload, framework, args))
+                except Exception as e:  # noqa: BLE001 - one failing pair never stops the others
+                    rows.append({"workload": workload, "framework": framework, "error": str(e)})
+                r = rows[-1]
+                shown = f"ratio {r['ratio']:.3f}" if "ratio" in r else f"failed: {r['error']}"
+                print(f"{workload}/{framework}: {shown}", file=sys.stderr, flush=True)
+    finally:
+        close_session()
+    print(markdown(rows))
+    worst = max((r["ratio"] for r in rows if "ratio" in r), default=float("nan"))
+    print(f"\nworst trial/bare ratio {worst:.3f} (target <= {TARGET_RATIO})")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    ok = all("ratio" in r and r["ratio"] <= TARGET_RATIO for r in rows)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
