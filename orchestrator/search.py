@@ -569,6 +569,11 @@ def search_values(
             sm = caps.supported_sm_clocks_mhz(base_request.mem_clock_mhz)
             default_step = min((b - a for a, b in zip(sm, sm[1:])), default=15) or 15
             candidates = _grid(0, float(caps.clock_offset_range_mhz[1]), step or default_step, 0)
+        if not candidates:
+            raise UserError(
+                f"{device_label} offers no value of {setting.key} to search "
+                f"(a device without settings, such as device=cpu, cannot be searched)"
+            )
         values = []
         for v in candidates:
             try:

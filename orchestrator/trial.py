@@ -380,11 +380,17 @@ def _fail_rows(rows: list[dict[str, Any]], base: dict[str, Any], repeats: int, s
 
 
 def objective(rows: list[dict[str, Any]], name: str) -> float:
-    """What the Hydra task returns to a sweeper: lower is better; a failed check, or a
-    measurement flagged invalid (the device did not run at the setting asked), is infinity."""
+    """What the Hydra task returns to a sweeper: lower is better; a failed check, a measurement
+    flagged invalid (the device did not run at the setting asked), or an energy objective on a
+    device that measured no energy (``device=cpu`` without RAPL) is infinity."""
     ok = [r for r in rows if r.get("status") == "ok" and r.get("valid")]
     if len(ok) < len(rows) or not ok:
         return float("inf")
-    e = float(np.median([r["energy_per_iter_j"] for r in ok]))
     t = float(np.median([r["time_per_iter_s"] for r in ok]))
-    return {"energy_per_work": e, "time_per_work": t, "edp": e * t, "ed2p": e * t * t}[name]
+    if name == "time_per_work":
+        return t
+    energies = [r["energy_per_iter_j"] for r in ok]
+    if any(e is None for e in energies):
+        return float("inf")
+    e = float(np.median(energies))
+    return {"energy_per_work": e, "edp": e * t, "ed2p": e * t * t}[name]

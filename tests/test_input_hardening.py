@@ -38,7 +38,7 @@ GROUPS: dict[str, type] = {
     "measure": C.MeasureConfig,
 }
 OPTIONS = {
-    "device": ["sim", "nvml"],
+    "device": ["sim", "nvml", "cpu"],
     "workload": ["gemm", "stencil", "selu", "conv3d", "mlp_train", "hessian"],
     "framework": ["jax", "tensorflow"],
     "measure": ["default", "quick"],
@@ -167,7 +167,8 @@ def assert_valid(cfg: Any, resolved: dict[str, Any], request: Any) -> None:
     """An accepted config holds only values a trial can run with."""
     m, d = cfg.measure, cfg.device
     assert d.backend in C.BACKENDS and m.meter in C.METERS and cfg.objective in C.OBJECTIVES
-    for key in ("window_s", "poll_hz", "timeout_s", "settle_s", "clock_tolerance_mhz"):
+    for key in ("window_s", "poll_hz", "timeout_s", "settle_s", "clock_tolerance_mhz",
+                "counter_edge_wait_s"):
         value = getattr(m, key)
         assert isinstance(value, (int, float)) and math.isfinite(value) and value >= 0, (key, value)
     for key in ("min_iters", "max_iters", "repeats", "warmup_iters", "reference_samples", "min_counter_updates"):
@@ -175,7 +176,11 @@ def assert_valid(cfg: Any, resolved: dict[str, Any], request: Any) -> None:
     assert m.window_s > 0 and m.min_iters >= 1 and m.repeats >= 1 and m.min_iters <= m.max_iters
     assert m.reference_samples <= 64 and m.repeats <= 10_000
     assert d.count >= 1 and (d.backend != "sim" or d.count <= 64)
-    assert math.isfinite(d.energy_update_period_s) and d.energy_update_period_s >= 0
+    period = d.energy_update_period_s  # None: the simulated profile's own
+    assert period is None or (math.isfinite(period) and period >= 0)
+    assert m.digest in C.DIGESTS
+    assert math.isfinite(m.counter_edge_wait_s) and m.counter_edge_wait_s >= 0
+    assert m.check_iters is None or 1 <= m.check_iters <= m.max_iters
     assert isinstance(cfg.seed, int) and cfg.seed >= 0
     if request.sm_clock_mhz is not None:
         assert all(isinstance(v, int) for v in request.sm_clock_mhz)

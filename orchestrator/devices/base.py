@@ -80,8 +80,9 @@ class DeviceCapabilities:
 
     @property
     def max_mem_clock_mhz(self) -> int:
-        """The highest memory clock (the one the device runs at by default)."""
-        return max(self.mem_clocks_mhz)
+        """The highest memory clock (the one the device runs at by default); 0 for a device with
+        no clocks to set (``device=cpu``)."""
+        return max(self.mem_clocks_mhz, default=0)
 
     def supported_sm_clocks_mhz(self, mem_clock_mhz: int | None = None) -> tuple[int, ...]:
         """SM clocks supported at a memory clock (the default memory clock if None), ascending."""

@@ -166,3 +166,25 @@ def test_dvfs_devices_lists_the_cpu_and_why_it_measures_no_energy(tmp_path):
     assert text.returncode == 0, text.stderr
     assert "settings      none (the CPU is measured as it runs)" in text.stdout
     assert "no RAPL energy counter" in text.stdout
+
+
+def test_without_a_readable_rapl_counter_a_cpu_trial_measures_time_only_and_says_why(tmp_path):
+    (tmp_path / "powercap").mkdir()  # a powercap tree with no zone, as in a VM
+    out = dvfs(tmp_path, "sweep", *QUICK, *cpu_args(tmp_path, tmp_path / "powercap"),
+               "framework=jax", f"hydra.run.dir={tmp_path / 'run'}")
+    assert out.returncode == 0, out.stderr
+    with ResultStore(tmp_path / "run", readonly=True) as store:
+        (row,) = store.rows()
+    assert row["status"] == "ok" and row["meter"] == "none"
+    assert row["energy_j"] is None and row["energy_per_iter_j"] is None
+    assert "RAPL" in row["energy_note"] or "intel-rapl" in row["energy_note"]
+    assert row["time_per_iter_s"] > 0 and row["checked_iters"] == row["iterations"]
+
+
+def test_a_stability_search_on_the_cpu_is_one_line_exit_2(tmp_path):
+    out = dvfs(tmp_path, "sweep", "-m", "hydra/sweeper=stability", *QUICK,
+               *cpu_args(tmp_path, tmp_path / "powercap"), f"hydra.sweep.dir={tmp_path / 'sweep'}",
+               timeout=120)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    (line,) = out.stderr.strip().splitlines()
+    assert "offers no value of device.sm_clock_mhz to search" in line
