@@ -14,14 +14,17 @@ For every workload x framework at a preset, on ``device=cpu`` (the host, wall ti
   hashed there (BLAKE2b), for comparison (``measure.digest=host``);
 - **inline** (``--inline``): a trial with the fingerprint fused into the timed calls.
 
-Trial and bare loop alternate ``--rounds`` times and the fastest of each counts (other work on a
-shared machine only ever slows a loop down). ``ratio = trial / bare``; the target is at most 1.03
+Trial and bare loop alternate ``--rounds`` times, each going first in every other round, and the
+fastest of each counts (other work on a shared machine only ever slows a loop down). A second
+series of the same bare loop, run in the same rounds, gives ``control_ratio``: how far apart two
+identical loops land on this machine, the floor under which ``ratio`` means nothing. The checks'
+verdict is shown beside the figures: a trial whose check failed still timed its window. ``ratio = trial / bare``; the target is at most 1.03
 for every pair. The simulated GPU is not offered: its virtual clock hides host work, so every
 ratio would be 1 by construction.
 
 Usage::
 
-    .venv/bin/python scripts/bench_window.py [--device cpu] [--preset cpu] [--window-s 2]
+    .venv/bin/python scripts/bench_window.py [--device cpu] [--preset cpu] [--window-s 1]
         [--workloads stencil gemm] [--frameworks jax] [--inline] [--json rows.json]
 """
 
@@ -70,9 +73,9 @@ def _trial(ctx: Any, overrides: list[str]) -> dict[str, Any]:
     cfg = compose(overrides)
     validate_static(cfg)
     (row,) = run_trial(ctx, cfg, OmegaConf.to_container(cfg, resolve=True))
-    if row["status"] != "ok":
+    if row["status"] in ("crash", "timeout", "device_error"):
         raise RuntimeError(f"trial {row['status']}: {row.get('error')}")
-    return row
+    return row  # a failed check (wrong, nondeterministic) still timed its window
 
 
 def bench_pair(workload: str, framework: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -83,28 +86,36 @@ def bench_pair(workload: str, framework: str, args: argparse.Namespace) -> dict[
         f"device={args.device}", f"workload={workload}", f"framework={framework}",
         f"workload.size={args.preset}", f"measure.window_s={args.window_s}", "measure.repeats=1",
         "measure.settle_s=0", "measure.warmup_iters=3", "quiet=true",
+        # The check run follows the window, outside it: a short one leaves time for more rounds.
+        "measure.check_iters=4",
     ]
     if args.device == "nvml":
         overrides.append("device.observe_only=true")
     from orchestrator.config import compose
 
     ctx = open_context(compose(overrides).device)
-    trial_s, bare_s = [], []
-    row: dict[str, Any] = {}
-    for _ in range(args.rounds):
+    trial_s, bare_s, control_s = [], [], []
+    row: dict[str, Any] = _trial(ctx, overrides)  # builds (and caches) the kernel
+    kernel = ctx.kernels.get(
+        workload, framework=framework, preset=args.preset, dtype="float32",
+        precision="default", seed=0, xla=False,
+    )
+    for i in range(args.rounds):  # alternate which goes first: drift favours neither
+        if i % 2:
+            bare_s.append(bare_loop_s_per_iter(kernel, row["iterations"]))
         row = _trial(ctx, overrides)
-        kernel = ctx.kernels.get(
-            workload, framework=framework, preset=args.preset, dtype="float32",
-            precision="default", seed=0, xla=False,
-        )
         trial_s.append(row["time_per_iter_s"])
-        bare_s.append(bare_loop_s_per_iter(kernel, row["iterations"]))
+        if not i % 2:
+            bare_s.append(bare_loop_s_per_iter(kernel, row["iterations"]))
+        control_s.append(bare_loop_s_per_iter(kernel, row["iterations"]))
     result = {
         "workload": workload, "framework": framework, "preset": args.preset,
         "device": row["device_name"], "iterations": row["iterations"],
         "trial_s_per_iter": min(trial_s), "bare_s_per_iter": min(bare_s),
         "ratio": min(trial_s) / min(bare_s),
-        "meter": row["meter"], "energy_note": row.get("energy_note"),
+        # Two series of the same bare loop: how far apart identical loops land on this machine.
+        "control_ratio": min(control_s) / min(bare_s),
+        "status": row["status"], "meter": row["meter"], "energy_note": row.get("energy_note"),
     }
     host_calls = max(3, min(row["iterations"], int(args.window_s / result["bare_s_per_iter"])))
     host_s = host_digest_s_per_iter(kernel, host_calls)
@@ -119,19 +130,22 @@ def bench_pair(workload: str, framework: str, args: argparse.Namespace) -> dict[
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The table for the README: trial and bare time per iteration, their ratio, the old loop's."""
     inline = any("inline_ratio" in r for r in rows)
-    head = "| workload | framework | trial ms/iter | bare ms/iter | trial / bare | old host-digest loop / bare |"
-    rule = "|---|---|---:|---:|---:|---:|"
+    head = ("| workload | framework | trial ms/iter | bare ms/iter | trial / bare | "
+            "bare / bare (noise) | old host-digest loop / bare | checks |")
+    rule = "|---|---|---:|---:|---:|---:|---:|---|"
     if inline:
         head += " inline fingerprint / bare |"
         rule += "---:|"
     lines = [head, rule]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['workload']} | {r['framework']} | failed: {r['error']} | | | |")
+            lines.append(f"| {r['workload']} | {r['framework']} | failed: {r['error']} | | | | | |")
             continue
         line = (
             f"| {r['workload']} | {r['framework']} | {r['trial_s_per_iter'] * 1e3:.3f} | "
-            f"{r['bare_s_per_iter'] * 1e3:.3f} | {r['ratio']:.3f} | {r['host_digest_ratio']:.2f} |"
+            f"{r['bare_s_per_iter'] * 1e3:.3f} | {r['ratio']:.3f} | {r['control_ratio']:.3f} | "
+            f"{r['host_digest_ratio']:.2f} | "
+            f"{r['status']} |"
         )
         if inline:
             line += f" {r.get('inline_ratio', float('nan')):.2f} |"
@@ -146,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cpu", "nvml"), default="cpu")
     parser.add_argument("--preset", default="cpu", help="size preset: tiny, cpu, gpu")
-    parser.add_argument("--window-s", type=float, default=2.0, help="window length in seconds")
-    parser.add_argument("--rounds", type=int, default=2, help="trial/bare alternations")
+    parser.add_argument("--window-s", type=float, default=1.0, help="window length in seconds")
+    parser.add_argument("--rounds", type=int, default=11, help="trial/bare alternations")
     parser.add_argument("--workloads", nargs="+", default=list(list_workloads()))
     parser.add_argument("--frameworks", nargs="+", default=list(FRAMEWORKS))
     parser.add_argument("--inline", action="store_true", help="also time inline fingerprints")

@@ -66,6 +66,7 @@ if str(REPO) not in sys.path:  # run as a file, the script's folder comes first,
 from orchestrator.devices import open_backend, select_devices  # noqa: E402
 from orchestrator.devices.base import Device, KernelWork  # noqa: E402
 from orchestrator.errors import DeviceNotFoundError, DvfsError  # noqa: E402
+from orchestrator.trial import git_commit  # noqa: E402
 
 WORKLOADS = ("stencil", "gemm", "selu", "conv3d", "mlp_train", "hessian")
 FRAMEWORKS = ("jax", "tensorflow")
@@ -863,15 +864,6 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-def _git_commit() -> str | None:
-    with contextlib.suppress(Exception):
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=5
-        )
-        return done.stdout.strip() or None
-    return None
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="gpu_check.py")
     p.add_argument("--out", type=Path, default=Path("gpu_check"), help="output dir (gpu_check/)")
@@ -943,7 +935,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "tool": "scripts/gpu_check.py", "observe_only": True, "started_at": started_at,
         "elapsed_s": time.monotonic() - cfg.started, "host": platform.node(),
-        "versions": _versions(), "git_commit": _git_commit(),
+        "versions": _versions(), "git_commit": git_commit(),
         "device": {
             "backend": ident.backend, "name": ident.name, "uuid": ident.uuid,
             "selector": cfg.gpu if cfg.device == "nvml" else None, "sim": sim,
