@@ -96,7 +96,11 @@ class _Recorder:
         self._digests: list[str] = []
 
     def dispatch(self, fault_of: Any) -> Any:
-        """Queue one checked call; ``fault_of()`` accounts it on the device and says its fault."""
+        """Queue one checked call; ``fault_of()`` accounts it on the device and says its fault.
+
+        Returns:
+            The call's device handle, to synchronise on (None in mode ``host``, which already did).
+        """
         from kernels import numpy_fingerprint, output_digest
 
         if self.mode == "host":
@@ -108,15 +112,16 @@ class _Recorder:
             self._digests.append(output_digest(out))
             self._keep(out)
             return None
-        out, fingerprint = self.kernel.dispatch_checked()
+        handle, fingerprint = self.kernel.dispatch_checked()
         fault = fault_of()
         self.calls += 1
+        out = handle
         if fault is Fault.CORRUPT:  # the sim only: its virtual clock hides this host work
-            out = flip_random_bit(self.kernel.fetch([out])[0], self.rng)
+            out = flip_random_bit(self.kernel.fetch([handle])[0], self.rng)
             fingerprint = numpy_fingerprint(out)
         self._fingerprints.append(fingerprint)
         self._keep(out)
-        return out
+        return handle
 
     def _keep(self, out: Any) -> None:
         if self.calls in self.keep_at:

@@ -15,7 +15,9 @@ For every workload x framework at a preset, on ``device=cpu`` (the host, wall ti
 - **inline** (``--inline``): a trial with the fingerprint fused into the timed calls.
 
 Trial and bare loop alternate ``--rounds`` times, each going first in every other round, and the
-fastest of each counts (other work on a shared machine only ever slows a loop down). A second
+median of each counts. (Not the fastest: on a CPU a memory-bound kernel's time depends on how the
+kernel's pages fault in, and the fastest of a series is a rare lucky run, 10-20 % below the
+others for the stencil, that lands in either series by chance.) A second
 series of the same bare loop, run in the same rounds, gives ``control_ratio``: how far apart two
 identical loops land on this machine, the floor under which ``ratio`` means nothing. The checks'
 verdict is shown beside the figures: a trial whose check failed still timed its window. ``ratio = trial / bare``; the target is at most 1.03
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -111,10 +114,12 @@ def bench_pair(workload: str, framework: str, args: argparse.Namespace) -> dict[
     result = {
         "workload": workload, "framework": framework, "preset": args.preset,
         "device": row["device_name"], "iterations": row["iterations"],
-        "trial_s_per_iter": min(trial_s), "bare_s_per_iter": min(bare_s),
-        "ratio": min(trial_s) / min(bare_s),
+        "trial_s_per_iter": statistics.median(trial_s),
+        "bare_s_per_iter": statistics.median(bare_s),
+        "ratio": statistics.median(trial_s) / statistics.median(bare_s),
         # Two series of the same bare loop: how far apart identical loops land on this machine.
-        "control_ratio": min(control_s) / min(bare_s),
+        "control_ratio": statistics.median(control_s) / statistics.median(bare_s),
+        "rounds_s": {"trial": trial_s, "bare": bare_s, "control": control_s},
         "status": row["status"], "meter": row["meter"], "energy_note": row.get("energy_note"),
     }
     host_calls = max(3, min(row["iterations"], int(args.window_s / result["bare_s_per_iter"])))
