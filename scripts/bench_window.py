@@ -14,10 +14,11 @@ For every workload x framework at a preset, on ``device=cpu`` (the host, wall ti
   hashed there (BLAKE2b), for comparison (``measure.digest=host``);
 - **inline** (``--inline``): a trial with the fingerprint fused into the timed calls.
 
-Trial and bare loop alternate ``--rounds`` times, each going first in every other round, and the
-median of each counts. (Not the fastest: on a CPU a memory-bound kernel's time depends on how the
-kernel's pages fault in, and the fastest of a series is a rare lucky run, 10-20 % below the
-others for the stencil, that lands in either series by chance.) A second
+Trial and bare loop alternate ``--rounds`` times, each going first in every other round, and
+``ratio`` is the median over rounds of trial / bare within each round. On a shared 2-core machine a
+memory-bound kernel's time drifts by 10-20 % from round to round (how its fresh output pages fault
+in), far more than between the two loops of one round: neither the fastest of each series nor
+the ratio of their medians would separate the window's cost from that drift. A second
 series of the same bare loop, run in the same rounds, gives ``control_ratio``: how far apart two
 identical loops land on this machine, the floor under which ``ratio`` means nothing. The checks'
 verdict is shown beside the figures: a trial whose check failed still timed its window. ``ratio = trial / bare``; the target is at most 1.03
@@ -65,6 +66,12 @@ def host_digest_s_per_iter(kernel: Any, calls: int) -> float:
     for _ in range(calls):
         output_digest(kernel.to_numpy(kernel.call_device()))
     return (time.perf_counter() - start) / calls
+
+
+def paired_ratio(series: list[float], bare: list[float]) -> float:
+    """The median over rounds of ``series / bare`` within each round (the machine drifts between
+    rounds by more than the effect measured; within a round it barely does)."""
+    return statistics.median(a / b for a, b in zip(series, bare))
 
 
 def _trial(ctx: Any, overrides: list[str]) -> dict[str, Any]:
@@ -116,9 +123,9 @@ def bench_pair(workload: str, framework: str, args: argparse.Namespace) -> dict[
         "device": row["device_name"], "iterations": row["iterations"],
         "trial_s_per_iter": statistics.median(trial_s),
         "bare_s_per_iter": statistics.median(bare_s),
-        "ratio": statistics.median(trial_s) / statistics.median(bare_s),
+        "ratio": paired_ratio(trial_s, bare_s),
         # Two series of the same bare loop: how far apart identical loops land on this machine.
-        "control_ratio": statistics.median(control_s) / statistics.median(bare_s),
+        "control_ratio": paired_ratio(control_s, bare_s),
         "rounds_s": {"trial": trial_s, "bare": bare_s, "control": control_s},
         "status": row["status"], "meter": row["meter"], "energy_note": row.get("energy_note"),
     }
