@@ -92,6 +92,9 @@ COMMON = [
     "measure=quick",
     "measure.window_s=1",
     "measure.settle_s=0",
+    # A short check run after each window: chaos tests what faults leave, not stability, and a
+    # full-length one doubles each trial's calls, which on 2 loaded cores nears the timeout below.
+    "measure.check_iters=64",
     "quiet=true",
     f"hydra.launcher.timeout_s={TRIAL_TIMEOUT_S}",
     "hydra.launcher.max_restarts=-1",  # a chaos run kills workers on purpose: never retire for it
