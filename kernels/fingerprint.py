@@ -52,7 +52,7 @@ def numpy_fingerprint(array: np.ndarray) -> np.ndarray:
 
 
 def jax_fingerprint(output: Any) -> Any:
-    """The fingerprint of a JAX array, traced into the caller's ``jax.jit`` (stays on the device)."""
+    """The fingerprint of a JAX array, traced into the caller's ``jax.jit`` (it stays on device)."""
     import jax
     import jax.numpy as jnp
 

@@ -14,7 +14,8 @@ Three ways to get joules, chosen per device (``measure.meter=auto`` picks the fi
   is an unsigned 64-bit value; a reading below the previous one is a wrap-around and is unwrapped.
 - ``polling``: power sampled at ``poll_hz`` and integrated over time. Each sample stands for the
   interval since the previous one (NVML's power reading is an average over the recent past, the
-  simulated GPU's is the power of the last kernel call), so energy is ``sum(p_i * (t_i - t_{i-1}))``.
+  simulated GPU's is the power of the last kernel call), so energy is
+  ``sum(p_i * (t_i - t_{i-1}))``.
 - ``none``: a device with neither (a CPU whose RAPL counter cannot be read): the window measures
   time only, and the device's ``energy_note`` says why there are no joules.
 
@@ -66,7 +67,7 @@ class Measurement:
     @property
     def mean_sm_clock_mhz(self) -> float | None:
         """Mean SM clock over the samples taken while the kernel ran."""
-        clocks = [s.sm_clock_mhz for s in self.samples[1:]] or [s.sm_clock_mhz for s in self.samples]
+        clocks = [s.sm_clock_mhz for s in self.samples[1:] or self.samples]
         return sum(clocks) / len(clocks) if clocks else None
 
     @property
@@ -252,7 +253,7 @@ class EnergyMeter:
         return Measurement(
             time_s=duration,
             energy_j=energy_j,
-            avg_power_w=None if energy_j is None else (energy_j / duration if duration > 0 else 0.0),
+            avg_power_w=None if energy_j is None else energy_j / duration if duration > 0 else 0.0,
             peak_power_w=max(powers) if powers else None,
             method=self.method,
             samples=samples,

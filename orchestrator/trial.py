@@ -298,7 +298,9 @@ def _base_row(ctx: TrialContext, cfg: Any, resolved: dict[str, Any], key: str, r
     }
 
 
-def _fill_measured(row: dict[str, Any], window: Window, counts: Any, cfg: Any, request: SettingsRequest) -> None:
+def _fill_measured(
+    row: dict[str, Any], window: Window, counts: Any, cfg: Any, request: SettingsRequest
+) -> None:
     meas = window.measurement
     n = window.iterations
     t = meas.time_s

@@ -132,7 +132,8 @@ class _Recorder:
         """Bring the fingerprints queued so far to the host (a few bytes each)."""
         from kernels import fingerprint_hex
 
-        pending = [(i, f) for i, f in enumerate(self._fingerprints) if not isinstance(f, np.ndarray)]
+        fingerprints = self._fingerprints
+        pending = [(i, f) for i, f in enumerate(fingerprints) if not isinstance(f, np.ndarray)]
         fetched = self.kernel.fetch([f for _, f in pending]) if pending else []
         for (i, _), host in zip(pending, fetched):
             self._fingerprints[i] = host
@@ -144,9 +145,10 @@ class _Recorder:
         self.flush()
         if self.calls and self.calls not in self._sampled:
             self._sampled[self.calls] = self._last
-        handles = [(k, v) for k, v in sorted(self._sampled.items()) if not isinstance(v, np.ndarray)]
+        kept = sorted(self._sampled.items())
+        handles = [(k, v) for k, v in kept if not isinstance(v, np.ndarray)]
         fetched = dict(zip((k for k, _ in handles), self.kernel.fetch([v for _, v in handles])))
-        sampled = [fetched.get(k, v) for k, v in sorted(self._sampled.items())]
+        sampled = [fetched.get(k, v) for k, v in kept]
         return Checks(digests=list(self._digests), sampled=[np.asarray(s) for s in sampled])
 
 

@@ -15,15 +15,15 @@ For every workload x framework at a preset, on ``device=cpu`` (the host, wall ti
 - **inline** (``--inline``): a trial with the fingerprint fused into the timed calls.
 
 Trial and bare loop alternate ``--rounds`` times, each going first in every other round, and
-``ratio`` is the median over rounds of trial / bare within each round. On a shared 2-core machine a
-memory-bound kernel's time drifts by 10-20 % from round to round (how its fresh output pages fault
-in), far more than between the two loops of one round: neither the fastest of each series nor
-the ratio of their medians would separate the window's cost from that drift. A second
-series of the same bare loop, run in the same rounds, gives ``control_ratio``: how far apart two
-identical loops land on this machine, the floor under which ``ratio`` means nothing. The checks'
-verdict is shown beside the figures: a trial whose check failed still timed its window. ``ratio = trial / bare``; the target is at most 1.03
-for every pair. The simulated GPU is not offered: its virtual clock hides host work, so every
-ratio would be 1 by construction.
+``ratio`` is the median over rounds of trial / bare within each round; the target is at most 1.03
+for every pair. On a shared 2-core machine a memory-bound kernel's time drifts by 10-20 % from
+round to round (how its fresh output pages fault in), far more than between the two loops of one
+round: neither the fastest of each series nor the ratio of their medians would separate the
+window's cost from that drift. A second series of the same bare loop, run in the same rounds,
+gives ``control_ratio``: how far apart two identical loops land on this machine, the floor under
+which ``ratio`` means nothing. The checks' verdict is shown beside the figures: a trial whose
+check failed still timed its window. The simulated GPU is not offered: its virtual clock hides
+host work, so every ratio would be 1 by construction.
 
 Usage::
 

@@ -1,4 +1,4 @@
-"""On-device fingerprints: the same two words in NumPy, JAX and TensorFlow, and any flipped bit seen."""
+"""On-device fingerprints: the same two words in NumPy, JAX and TensorFlow; any flipped bit seen."""
 
 from __future__ import annotations
 
@@ -43,7 +43,9 @@ def test_numpy_jax_and_tensorflow_give_the_same_fingerprint(frameworks, dtype):
     size=st.integers(1, 5000),
     data=st.data(),
 )
-def test_any_single_flipped_bit_changes_the_fingerprint_in_both_frameworks(frameworks, dtype, size, data):
+def test_any_single_flipped_bit_changes_the_fingerprint_in_both_frameworks(
+    frameworks, dtype, size, data
+):
     array = _random(dtype, (size,), seed=size)
     element = data.draw(st.integers(0, size - 1), label="element")
     bit = data.draw(st.integers(0, array.dtype.itemsize * 8 - 1), label="bit")
@@ -61,7 +63,8 @@ def test_two_swapped_elements_change_the_fingerprint(frameworks):
     swapped = array.copy()
     swapped[[10, 900]] = swapped[[900, 10]]
     assert fingerprint_hex(numpy_fingerprint(array)) != fingerprint_hex(numpy_fingerprint(swapped))
-    assert _device_fingerprints(frameworks, array)["jax"] != _device_fingerprints(frameworks, swapped)["jax"]
+    on_device = _device_fingerprints(frameworks, array)
+    assert on_device["jax"] != _device_fingerprints(frameworks, swapped)["jax"]
 
 
 @pytest.mark.parametrize("framework", ["jax", "tensorflow"])

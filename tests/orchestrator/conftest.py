@@ -15,6 +15,12 @@ KERNELS = KernelCache()  # one cache for the module: each kernel compiles once, 
 
 
 @pytest.fixture
+def kernel_cache():
+    """The module-wide kernel cache the ``run`` fixture uses (each kernel compiles once)."""
+    return KERNELS
+
+
+@pytest.fixture
 def run(tmp_path):
     """run(*overrides, before=None, kernels=None) -> (rows, ctx) of one trial on a simulated A100
     (one machine per test; ``before(device)`` runs first, e.g. to idle the GPU into another counter

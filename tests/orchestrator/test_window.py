@@ -55,7 +55,8 @@ def _model_power_w(workload: str, clock_mhz: int) -> float:
     counts = spec.counts(preset="gpu", dtype="float32")
     work = KernelWork(counts.flops, counts.bytes_moved, spec.peak("float32"), workload, "jax")
     profile = load_profile(A100)
-    return model.operating_point(profile, work, clock_mhz, None, profile.power_limit_default_w).power_w
+    limit_w = profile.power_limit_default_w
+    return model.operating_point(profile, work, clock_mhz, None, limit_w).power_w
 
 
 def test_a_2_s_window_on_a_100_ms_counter_is_within_half_a_percent_of_the_model_at_every_phase(run):
@@ -88,10 +89,8 @@ def test_a_window_too_short_for_the_counter_is_invalid_and_says_so(run):
     assert "lengthen measure.window_s" in row["invalid_reason"]
 
 
-def test_the_timed_window_queues_bare_calls_and_checks_them_in_a_run_after_it(run):
-    from conftest import KERNELS
-
-    cache = TracingCache(KERNELS)
+def test_the_timed_window_queues_bare_calls_and_checks_them_in_a_run_after_it(run, kernel_cache):
+    cache = TracingCache(kernel_cache)
     # An exact counter (period 0) moves on every call, so each edge wait is one call and what is
     # left is the window's own loop.
     rows, _ = run(
