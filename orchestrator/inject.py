@@ -137,8 +137,8 @@ def disarm(device: Any) -> None:
 
 
 def on_kernel_call(device: Any) -> None:
-    """The hook at the start of every kernel call (``trial._call``): fires a scheduled or an
-    armed fault."""
+    """The hook at the start of every kernel call (``window.KernelCalls.run``): fires a scheduled
+    or an armed fault."""
     ident = device.identity
     if ident.backend == "sim":
         scheduled = _take_scheduled(ident.uuid)
