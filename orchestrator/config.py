@@ -24,7 +24,7 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 BACKENDS = ("sim", "nvml", "cpu")
 METERS = ("auto", "counter", "polling")
-DIGESTS = ("after", "inline", "host")  # as orchestrator.window.DIGEST_MODES
+DIGESTS = ("after", "inline", "host")  # orchestrator.window.DigestMode: where calls are checked
 OBJECTIVES = ("energy_per_work", "time_per_work", "edp", "ed2p")
 MAX_SIM_GPUS = 64  # as orchestrator.devices.sim.state.create_machine allows
 MAX_REFERENCE_SAMPLES = 64  # calls 1, 2, 4, ... 2**63: more than any window makes

@@ -41,8 +41,7 @@ from orchestrator import inject
 from orchestrator.devices.base import Device, Fault, KernelWork
 from orchestrator.meter import EnergyMeter, Measurement
 
-DigestMode = Literal["after", "inline", "host"]
-DIGEST_MODES: tuple[str, ...] = ("after", "inline", "host")
+DigestMode = Literal["after", "inline", "host"]  # orchestrator.config.DIGESTS validates it
 CHUNKS_PER_WINDOW = 32  # a chunk of calls lasts about this fraction of the window
 MAX_CHUNK = 64  # calls queued between two synchronisations, at most
 EDGE_CHUNK_S = 0.001  # while waiting for a counter edge, synchronise about this often
