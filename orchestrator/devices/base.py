@@ -114,6 +114,7 @@ class KernelWork:
     peak: Peak  # which compute roof applies (fp32, tf32, bf16, ...)
     kernel_class: str  # the workload name: stability thresholds differ per kernel class
     framework: str = ""  # "jax" or "tensorflow": a sim scenario may depend on it
+    launches: int = 1  # device kernels one call launches (an unfused graph launches one per op)
 
 
 class Fault(enum.Enum):

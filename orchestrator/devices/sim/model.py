@@ -5,7 +5,7 @@ them with a GPU's current settings and stores what they return.
 
 Time (roofline with a clock-scaled compute roof)::
 
-    t = max(flops / (peak * f/f_max), bytes / (bw * mem_f/mem_f_max)) + launch_overhead
+    t = max(flops / (peak * f/f_max), bytes / (bw * mem_f/mem_f_max)) + launches * launch_overhead
 
 Compute and memory utilisation are each term divided by ``t``. Power::
 
@@ -85,7 +85,7 @@ def roofline(
     bandwidth = profile.memory_bandwidth_gbs * 1e9 * (mem / profile.mem_max_mhz)
     t_compute = work.flops / peak_flops if work.flops > 0 else 0.0
     t_memory = work.bytes_moved / bandwidth if work.bytes_moved > 0 else 0.0
-    duration = max(t_compute, t_memory) + profile.launch_overhead_s
+    duration = max(t_compute, t_memory) + max(1, work.launches) * profile.launch_overhead_s
     return Roofline(duration, t_compute / duration, t_memory / duration)
 
 
