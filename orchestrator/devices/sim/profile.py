@@ -32,6 +32,36 @@ class ProfileError(ValueError):
 
 
 @dataclass(frozen=True)
+class PowerSensor:
+    """How one of NVML's power readings is made on a board (Yang et al., SC'24; NVML's docs).
+
+    The reading is the mean power over the last ``window_s`` before its latest update, and it
+    updates every ``period_s``: an "instant" reading has a short window (~25 ms on GA100 and
+    Hopper's ``NVML_FI_DEV_POWER_INSTANT``, 10 ms on Volta), a "1 s average" (Hopper's and
+    non-GA100 Ampere's ``nvmlDeviceGetPowerUsage``) has ``window_s`` = 1.
+    """
+
+    period_s: float  # the reading updates this often
+    window_s: float  # ... to the mean power over this long before the update
+
+
+@dataclass(frozen=True)
+class Sensors:
+    """What a board's NVML measures, and how (the ``sensors:`` section of a profile).
+
+    ``power_instant`` and ``power_average`` are ``nvmlDeviceGetFieldValues``'s
+    ``NVML_FI_DEV_POWER_INSTANT`` and ``NVML_FI_DEV_POWER_AVERAGE``; None: the board answers
+    ``NVML_ERROR_NOT_SUPPORTED`` for that field.
+    """
+
+    power_usage: PowerSensor  # nvmlDeviceGetPowerUsage
+    power_instant: PowerSensor | None
+    power_average: PowerSensor | None
+    energy_counter_period_s: float  # nvmlDeviceGetTotalEnergyConsumption updates this often
+    power_cap_filter_s: float  # the power-cap controller acts on power filtered over this long
+
+
+@dataclass(frozen=True)
 class GpuProfile:
     """One kind of simulated GPU. Clock tuples are ascending; peaks are dense TFLOP/s.
 
@@ -65,11 +95,16 @@ class GpuProfile:
     thermal_resistance_c_per_w: float  # steady-state rise per watt
     thermal_time_constant_s: float  # first-order lag of the die temperature
     slowdown_temp_c: float  # above this the clock is slowed (HW thermal slowdown)
+    sensors: Sensors  # NVML's power and energy readings on this board
     launch_overhead_s: float = 5e-6  # fixed cost of one kernel launch
-    energy_counter_period_s: float = 0.1  # how often the energy counter updates (see the YAMLs)
 
     def __hash__(self) -> int:
         return hash(self.key)
+
+    @property
+    def energy_counter_period_s(self) -> float:
+        """How often the energy counter updates (``sensors.energy_counter_period_s``)."""
+        return self.sensors.energy_counter_period_s
 
     @property
     def f_min_mhz(self) -> int:
@@ -144,6 +179,37 @@ def _clock_table(spec: Any, where: str) -> tuple[int, ...]:
     raise ProfileError(f"{where}: expected a list of MHz or {{min, max, step}}, got {spec!r}")
 
 
+def _power_sensor(spec: Any, where: str) -> PowerSensor | None:
+    if spec is None:
+        return None
+    if not isinstance(spec, dict) or set(spec) != {"period_s", "window_s"}:
+        raise ProfileError(f"{where}: expected {{period_s, window_s}} or null, got {spec!r}")
+    sensor = PowerSensor(float(spec["period_s"]), float(spec["window_s"]))
+    if not (sensor.period_s > 0 and sensor.window_s > 0):
+        raise ProfileError(f"{where}: period_s and window_s must be positive, got {spec!r}")
+    return sensor
+
+
+def _sensors(raw: Any, where: str) -> Sensors:
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where}: expected a mapping, got {raw!r}")
+    usage = _power_sensor(raw["power_usage"], f"{where}.power_usage")
+    if usage is None:
+        raise ProfileError(f"{where}.power_usage: every board reads its power (not null)")
+    sensors = Sensors(
+        power_usage=usage,
+        power_instant=_power_sensor(raw.get("power_instant"), f"{where}.power_instant"),
+        power_average=_power_sensor(raw.get("power_average"), f"{where}.power_average"),
+        energy_counter_period_s=float(raw["energy_counter_period_s"]),
+        power_cap_filter_s=float(raw["power_cap_filter_s"]),
+    )
+    if not sensors.energy_counter_period_s >= 0:
+        raise ProfileError(f"{where}.energy_counter_period_s must be 0 or more")
+    if not sensors.power_cap_filter_s >= 0:
+        raise ProfileError(f"{where}.power_cap_filter_s must be 0 or more")
+    return sensors
+
+
 def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> GpuProfile:
     """Build a profile from a YAML mapping (the layout of ``conf/device/profile/*.yaml``).
 
@@ -188,7 +254,7 @@ def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> Gp
             thermal_resistance_c_per_w=float(thermal["resistance_c_per_w"]),
             thermal_time_constant_s=float(thermal["time_constant_s"]),
             slowdown_temp_c=float(thermal["slowdown_c"]),
-            energy_counter_period_s=float(raw.get("energy_counter_period_s", 0.1)),
+            sensors=_sensors(raw["sensors"], f"{where}: sensors"),
         )
     except KeyError as e:
         raise ProfileError(f"{where}: missing key {e}") from None
@@ -200,8 +266,6 @@ def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> Gp
         profile.power_limit_min_w <= profile.power_limit_default_w <= profile.power_limit_max_w
     ):
         raise ProfileError(f"{where}: power_limit_w needs min <= default <= max")
-    if not profile.energy_counter_period_s >= 0:
-        raise ProfileError(f"{where}: energy_counter_period_s must be 0 or more")
     if not 0 < profile.v_min_v <= profile.v_max_v:
         raise ProfileError(f"{where}: vf_curve needs 0 < v_min <= v_max")
     if profile.clock_offset_range_mhz is not None:
