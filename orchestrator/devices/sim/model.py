@@ -7,13 +7,21 @@ Time (roofline with a clock-scaled compute roof)::
 
     t = max(flops / (peak * f/f_max), bytes / (bw * mem_f/mem_f_max)) + launches * launch_overhead
 
-Compute and memory utilisation are each term divided by ``t``. Power::
+Compute and memory utilisation are each term divided by ``t``. Power while a kernel is resident,
+with ``f`` and ``V`` relative to f_max and V_max, ``traffic`` the bytes/s over the peak bandwidth::
 
-    P = idle + mem_w * mem_util + dyn_w * compute_util * (f/f_max) * (V(f)/V_max)^2
+    P = idle + leakage * (V * 2^((T - 60 C) / 40 C) - V_min)  # static: rises with V and T
+      + context                                           # SMs awake, a context resident
+      + clock * f * V^2                                   # clock tree, schedulers, L2/NoC clocks
+      + alu * compute_util * f * V^2                      # the ALUs
+      + l2 * traffic * V^2 + hbm * traffic                # L2/crossbar (core V), HBM + PHY
 
-with ``V`` flat at ``v_min`` below the knee of the V-f curve and linear up to ``v_max`` at
-``f_max``. A GPC clock offset shifts the V-f curve: the board runs at ``f + offset`` at the voltage
-of ``f``, so time uses the shifted clock and the voltage term the unshifted one.
+The clock term does not scale with ALU utilisation, so a memory-bound kernel saves power at a
+lower SM clock at almost no cost in time, as published decode and stencil measurements show.
+Each profile's terms are fitted to published figures (``calibration.py``, ``docs/simulator.md``).
+``V`` is flat at ``v_min`` below the knee of the V-f curve (0.55-0.77 of f_max) and linear up to
+``v_max`` at ``f_max``. A GPC clock offset shifts the V-f curve: the board runs at ``f + offset``
+at the voltage of ``f``, so time uses the shifted clock and the voltage term the unshifted one.
 
 Power cap: the board runs at the highest supported clock at or below its locked max (or
 ``f_max``) whose power fits under the cap (the lowest supported clock if none fits) and reports
@@ -53,6 +61,8 @@ OFFSET_BAND = (0.10, 0.50)  # seeded max stable offset: this fraction of the max
 FAULT_SCALE_STEPS = 2.0  # fault probability rises by 1 - 1/e over this many clock steps
 CRASH_MARGIN_MHZ = 300  # crashes start this far below the threshold (or above the max offset)
 WILDCARD_CLASS = "*"  # a planted threshold for every kernel class of a device
+LEAKAGE_REF_C = 60.0  # the temperature a profile's leakage coefficient is given at
+LEAKAGE_DOUBLING_C = 40.0  # leakage doubles every this many degrees (estimate)
 
 
 # --- time and power ---------------------------------------------------------------------------
@@ -89,27 +99,58 @@ def roofline(
     return Roofline(duration, t_compute / duration, t_memory / duration)
 
 
+def leakage_w(profile: GpuProfile, voltage: float, temperature_c: float | None = None) -> float:
+    """Static power at a core voltage and die temperature (None: the reference temperature).
+
+    Linear in V (the lead form of ``shared/CALIBRATION.md``), doubling every
+    ``LEAKAGE_DOUBLING_C`` above ``LEAKAGE_REF_C`` (an estimate: subthreshold leakage of a
+    FinFET die roughly doubles every 30-50 C).
+    """
+    scale = 1.0
+    if temperature_c is not None:
+        scale = 2.0 ** ((min(temperature_c, 110.0) - LEAKAGE_REF_C) / LEAKAGE_DOUBLING_C)
+    return profile.power.leakage * (voltage / profile.v_max_v) * scale
+
+
 def power_w(
     profile: GpuProfile,
     compute_util: float,
     memory_util: float,
     sm_clock_mhz: float,
     voltage_clock_mhz: float | None = None,
+    *,
+    mem_clock_mhz: float | None = None,
+    temperature_c: float | None = None,
 ) -> float:
-    """Board power at a utilisation and an (effective) clock.
+    """Board power while a kernel is resident, at a utilisation and an (effective) clock.
 
     Args:
         profile: the board.
         compute_util: fraction of the call the compute roof is busy.
-        memory_util: fraction of the call the memory roof is busy.
+        memory_util: fraction of the call the memory roof is busy (at the memory clock).
         sm_clock_mhz: the clock the SMs run at (the offset included).
         voltage_clock_mhz: the clock whose voltage applies (without the offset); defaults to
             ``sm_clock_mhz``.
+        mem_clock_mhz: the memory clock (None: the max), which scales the bandwidth a busy
+            memory roof moves.
+        temperature_c: the die temperature, for leakage (None: the reference temperature).
     """
+    c = profile.power
     v_clock = sm_clock_mhz if voltage_clock_mhz is None else voltage_clock_mhz
-    v_ratio = voltage_v(profile, v_clock) / profile.v_max_v
-    dynamic = profile.dynamic_power_w * compute_util * (sm_clock_mhz / profile.f_max_mhz)
-    return profile.idle_power_w + profile.memory_power_w * memory_util + dynamic * v_ratio**2
+    volts = voltage_v(profile, v_clock)
+    v2 = (volts / profile.v_max_v) ** 2
+    f = sm_clock_mhz / profile.f_max_mhz
+    mem = profile.mem_max_mhz if mem_clock_mhz is None else mem_clock_mhz
+    traffic = memory_util * (mem / profile.mem_max_mhz)  # bytes/s over the peak bandwidth
+    base = c.idle - leakage_w(profile, profile.v_min_v)  # idle holds leakage at v_min
+    return (
+        base
+        + leakage_w(profile, volts, temperature_c)
+        + c.context
+        + (c.clock + c.alu * compute_util) * f * v2
+        + c.l2 * traffic * v2
+        + c.hbm * traffic
+    )
 
 
 def thermal_power_limit_w(profile: GpuProfile) -> float:
@@ -117,7 +158,9 @@ def thermal_power_limit_w(profile: GpuProfile) -> float:
     return (profile.slowdown_temp_c - profile.ambient_c) / profile.thermal_resistance_c_per_w
 
 
-def temperature_after(profile: GpuProfile, temperature_c: float, power: float, dt_s: float) -> float:
+def temperature_after(
+    profile: GpuProfile, temperature_c: float, power: float, dt_s: float
+) -> float:
     """Die temperature after ``dt_s`` at ``power`` W: first-order lag to ambient + R * P."""
     if dt_s <= 0:
         return temperature_c
@@ -160,7 +203,10 @@ def _evaluate(
 ) -> tuple[float, Roofline, int]:
     effective = max(1, base_mhz + offset_mhz)
     r = roofline(profile, work, effective, mem_mhz)
-    return power_w(profile, r.compute_util, r.memory_util, effective, base_mhz), r, effective
+    watts = power_w(
+        profile, r.compute_util, r.memory_util, effective, base_mhz, mem_clock_mhz=mem_mhz
+    )
+    return watts, r, effective
 
 
 def _highest_fitting(
@@ -196,7 +242,8 @@ def operating_point(
         thermal_slowdown: the die is at or above the slowdown temperature.
     """
     clocks = profile.sm_clocks_mhz
-    top_clock = profile.f_max_mhz if max_clock_mhz is None else min(max_clock_mhz, profile.f_max_mhz)
+    f_max = profile.f_max_mhz
+    top_clock = f_max if max_clock_mhz is None else min(max_clock_mhz, f_max)
     top = max(0, bisect_right(clocks, top_clock) - 1)
     mem = profile.mem_max_mhz if mem_clock_mhz is None else mem_clock_mhz
     reasons = ClockEventReason.NONE
@@ -236,7 +283,9 @@ def _unit_hash(*parts: Any) -> float:
     return int.from_bytes(digest, "big") / 2**64
 
 
-def _planted(planted: Mapping[Any, Any] | None, uuid: str, index: int | None, cls: str) -> int | None:
+def _planted(
+    planted: Mapping[Any, Any] | None, uuid: str, index: int | None, cls: str
+) -> int | None:
     if not planted:
         return None
     for key in (uuid, index, None if index is None else str(index)):
@@ -292,7 +341,8 @@ def max_stable_offset_mhz(
     if planted_mhz is not None:
         return planted_mhz
     lo, hi = OFFSET_BAND
-    raw = (lo + (hi - lo) * _unit_hash("offset", uuid, kernel_class)) * profile.clock_offset_range_mhz[1]
+    frac = lo + (hi - lo) * _unit_hash("offset", uuid, kernel_class)
+    raw = frac * profile.clock_offset_range_mhz[1]
     step = max(1, round(profile.clock_step_mhz))
     return int(round(raw / step) * step)
 

@@ -15,6 +15,7 @@ NVML call).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -29,6 +30,23 @@ ARCHITECTURES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ad
 
 class ProfileError(ValueError):
     """A profile is missing, unknown or malformed (the message names the file and the key)."""
+
+
+@dataclass(frozen=True)
+class PowerCoefficients:
+    """The power model's terms (the ``power_w:`` section of a profile), in W; see ``model.py``.
+
+    Every term but ``idle`` is the term's value at f_max and V_max (and, for the traffic terms,
+    at the board's full memory bandwidth, for ``alu`` at full compute utilisation).
+    """
+
+    idle: float  # bare idle: no context, idle clock, v_min (leakage at v_min included)
+    context: float  # a kernel resident: SMs awake, a CUDA context active, whatever the clock
+    clock: float  # clock tree, warp schedulers, L2/NoC clocking: f·V², not ALU-bound
+    leakage: float  # static power at v_max and the reference temperature (rises with V and T)
+    alu: float  # the ALUs at full compute utilisation
+    l2: float  # L2 and crossbar traffic at full bandwidth (core voltage domain: scales with V²)
+    hbm: float  # HBM and its PHY at full bandwidth (memory domain: no core-voltage term)
 
 
 @dataclass(frozen=True)
@@ -85,9 +103,7 @@ class GpuProfile:
     peak_bf16_tflops: float | None
     peak_fp16_tflops: float | None
     memory_bandwidth_gbs: float  # at the max memory clock
-    idle_power_w: float  # board power with nothing running
-    memory_power_w: float  # extra power at full memory utilisation
-    dynamic_power_w: float  # extra power at full compute utilisation, f_max, V_max
+    power: PowerCoefficients  # the power model's terms
     v_min_v: float  # voltage below the knee of the V-f curve
     v_max_v: float  # voltage at the max SM clock
     vf_knee_mhz: float  # below this clock the voltage is flat at v_min
@@ -100,6 +116,11 @@ class GpuProfile:
 
     def __hash__(self) -> int:
         return hash(self.key)
+
+    @property
+    def idle_power_w(self) -> float:
+        """Board power with nothing running (``power.idle``)."""
+        return self.power.idle
 
     @property
     def energy_counter_period_s(self) -> float:
@@ -179,6 +200,18 @@ def _clock_table(spec: Any, where: str) -> tuple[int, ...]:
     raise ProfileError(f"{where}: expected a list of MHz or {{min, max, step}}, got {spec!r}")
 
 
+def _power_coefficients(raw: Any, where: str) -> PowerCoefficients:
+    names = [f.name for f in dataclasses.fields(PowerCoefficients)]
+    if not isinstance(raw, dict) or set(raw) != set(names):
+        got = sorted(raw) if isinstance(raw, dict) else raw
+        raise ProfileError(f"{where}: expected exactly the terms {', '.join(names)}, got {got}")
+    coefficients = PowerCoefficients(**{n: float(raw[n]) for n in names})
+    negative = [n for n in names if not getattr(coefficients, n) >= 0]
+    if negative:
+        raise ProfileError(f"{where}: terms must be 0 W or more: {', '.join(negative)}")
+    return coefficients
+
+
 def _power_sensor(spec: Any, where: str) -> PowerSensor | None:
     if spec is None:
         return None
@@ -244,9 +277,7 @@ def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> Gp
             peak_bf16_tflops=None if peaks.get("bf16") is None else float(peaks["bf16"]),
             peak_fp16_tflops=None if peaks.get("fp16") is None else float(peaks["fp16"]),
             memory_bandwidth_gbs=float(raw["memory_bandwidth_gbs"]),
-            idle_power_w=float(power["idle"]),
-            memory_power_w=float(power["memory"]),
-            dynamic_power_w=float(power["dynamic"]),
+            power=_power_coefficients(power, f"{where}: power_w"),
             v_min_v=float(vf["v_min"]),
             v_max_v=float(vf["v_max"]),
             vf_knee_mhz=float(vf["knee_mhz"]),

@@ -37,19 +37,18 @@ def memory_bound(p, seconds=0.1):
 
 
 def expected_power_w(p, work, f_mhz):
-    """DESIGN.md's roofline and power law, written out independently."""
+    """DESIGN.md's roofline and power law, written out independently (reference temperature)."""
     t_c = work.flops / (p.peak_tflops(work.peak) * 1e12 * f_mhz / p.f_max_mhz)
     t_m = work.bytes_moved / (p.memory_bandwidth_gbs * 1e9)
-    t = max(t_c, t_m) + 5e-6
+    t = max(t_c, t_m) + 5e-6 * work.launches
     if f_mhz <= p.vf_knee_mhz:
         v = p.v_min_v
     else:
         v = p.v_min_v + (p.v_max_v - p.v_min_v) * (f_mhz - p.vf_knee_mhz) / (p.f_max_mhz - p.vf_knee_mhz)
-    return (
-        p.idle_power_w
-        + p.memory_power_w * t_m / t
-        + p.dynamic_power_w * (t_c / t) * (f_mhz / p.f_max_mhz) * (v / p.v_max_v) ** 2
-    )
+    c, vr, fr = p.power, v / p.v_max_v, f_mhz / p.f_max_mhz
+    static = c.idle + c.leakage * (vr - p.v_min_v / p.v_max_v)
+    core = (c.clock + c.alu * t_c / t) * fr * vr**2 + c.l2 * (t_m / t) * vr**2
+    return static + c.context + core + c.hbm * t_m / t
 
 
 @pytest.mark.parametrize("key", MAIN)
@@ -93,9 +92,11 @@ def test_power_is_calibrated_to_the_default_limit(key):
     p = load_profile(key)
     compute = model.operating_point(p, compute_bound(p)).power_w / p.power_limit_default_w
     memory = model.operating_point(p, memory_bound(p)).power_w / p.power_limit_default_w
-    assert 0.9 <= compute <= 1.0
-    assert 0.6 <= memory <= 0.75
-    assert 50 <= p.idle_power_w <= 90
+    # A kernel at the compute roof draws close to the board's limit (V100: 0.78, fitted to Zeus'
+    # training traces from a 250 W V100 while the profile is the 300 W SXM2).
+    assert 0.75 <= compute <= 1.0
+    assert 0.45 <= memory <= 0.7  # one at the memory roof well under it (H200 decode: 137-300 W)
+    assert 35 <= p.idle_power_w <= 90
 
 
 @pytest.mark.parametrize("key", MAIN)
