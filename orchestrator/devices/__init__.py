@@ -72,6 +72,12 @@ def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def _profile_name(name: Any) -> str:
+    from orchestrator.devices.sim.profile import resolve_profile_name
+
+    return resolve_profile_name(str(name))
+
+
 def _sim_spec(cfg: Any) -> dict[str, Any]:
     planted = _get(cfg, "planted_thresholds")
     if planted is not None and not isinstance(planted, dict):
@@ -79,7 +85,7 @@ def _sim_spec(cfg: Any) -> dict[str, Any]:
 
         planted = OmegaConf.to_container(planted, resolve=True)
     return {
-        "profiles": _get(cfg, "profile", "a100_sxm4_40gb"),
+        "profiles": _profile_name(_get(cfg, "profile", "a100_sxm4_40gb")),
         "count": int(_get(cfg, "count", 1)),
         "seed": int(_get(cfg, "seed", 0)),
         "privileged": bool(_get(cfg, "privileged", True)),
@@ -95,8 +101,12 @@ def sim_state_dir(cfg: Any) -> Path:
     if explicit:
         return Path(explicit).expanduser().resolve()
     spec = _sim_spec(cfg)
-    digest = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
-    name = f"{spec['profiles']}x{spec['count']}-{digest}"
+    identity = json.dumps(spec, sort_keys=True)
+    profile = Path(spec["profiles"])
+    if profile.is_absolute() and profile.is_file():  # a user's file: its content is the machine too
+        identity += hashlib.sha1(profile.read_bytes()).hexdigest()
+    digest = hashlib.sha1(identity.encode()).hexdigest()[:10]
+    name = f"{profile.stem}x{spec['count']}-{digest}"
     return Path.home() / ".cache" / "dvfs" / "sim" / name
 
 

@@ -202,9 +202,13 @@ def _clock_table(spec: Any, where: str) -> tuple[int, ...]:
 
 def _power_coefficients(raw: Any, where: str) -> PowerCoefficients:
     names = [f.name for f in dataclasses.fields(PowerCoefficients)]
-    if not isinstance(raw, dict) or set(raw) != set(names):
-        got = sorted(raw) if isinstance(raw, dict) else raw
-        raise ProfileError(f"{where}: expected exactly the terms {', '.join(names)}, got {got}")
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where}: expected a mapping of the terms {', '.join(names)}")
+    missing, unknown = [n for n in names if n not in raw], sorted(set(raw) - set(names))
+    if missing or unknown:
+        said = [f"missing {', '.join(missing)}"] if missing else []
+        said += [f"unknown {', '.join(map(str, unknown))}"] if unknown else []
+        raise ProfileError(f"{where}: {'; '.join(said)} (the terms: {', '.join(names)})")
     coefficients = PowerCoefficients(**{n: float(raw[n]) for n in names})
     negative = [n for n in names if not getattr(coefficients, n) >= 0]
     if negative:
@@ -306,23 +310,54 @@ def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> Gp
     return profile
 
 
+def is_profile_file(name: str) -> bool:
+    """Whether ``device.profile`` is a user's file (a path, or a .yaml name), not a shipped one."""
+    return name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name
+
+
+def resolve_profile_name(name: str) -> str:
+    """A shipped profile's name as it is; a user's file as an absolute path (every process of a
+    sweep, whatever its working directory, then reads the same file)."""
+    return str(Path(name).expanduser().resolve()) if is_profile_file(name) else name
+
+
 @functools.cache
 def load_profile(name: str) -> GpuProfile:
-    """The profile ``conf/device/profile/<name>.yaml``, parsed once per process.
+    """A shipped profile (``conf/device/profile/<name>.yaml``) or a user's own file, parsed once.
+
+    ``name`` is a shipped profile's name, or the path of a YAML file with the same schema
+    (``device.profile=/path/board.yaml``); a user's profile is keyed by its absolute path.
 
     Raises:
-        ProfileError: no such profile (the message lists those that exist) or a malformed file.
+        ProfileError: no such profile or file (the message lists the shipped ones), a file that is
+            not YAML, or a malformed profile (the message names the file and the key).
     """
-    path = profile_dir() / f"{name}.yaml"
-    if not path.is_file():
-        raise ProfileError(
-            f"no simulated GPU profile {name!r} (in {path.parent}); "
-            f"available: {', '.join(available_profiles())}"
-        )
+    if is_profile_file(name):
+        path = Path(name).expanduser().resolve()
+        key = str(path)
+        if not path.is_file():
+            raise ProfileError(
+                f"no such profile file {path}; a profile is a shipped name "
+                f"({', '.join(available_profiles())}) or a YAML file with their schema"
+            )
+    else:
+        path, key = profile_dir() / f"{name}.yaml", name
+        if not path.is_file():
+            raise ProfileError(
+                f"no simulated GPU profile {name!r} (in {path.parent}); "
+                f"available: {', '.join(available_profiles())}, or the path of your own YAML file"
+            )
     import yaml  # lazily: only the sim needs it
 
-    with path.open() as f:
-        raw = yaml.safe_load(f)
+    try:
+        with path.open() as f:
+            raw = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" (line {where.line + 1})" if where is not None else ""
+        raise ProfileError(f"{path}: not valid YAML{at}: {getattr(e, 'problem', e)}") from None
+    except OSError as e:
+        raise ProfileError(f"{path}: cannot be read: {e.strerror or e}") from None
     if not isinstance(raw, dict):
         raise ProfileError(f"{path}: expected a mapping at the top level")
-    return parse_profile(name, raw, str(path))
+    return parse_profile(key, raw, str(path))
