@@ -47,7 +47,7 @@ class DeviceConfig:
     journal_dir: Optional[str] = None  # where the restore journal lives (default: see journal_dir())
     policy_file: Optional[str] = None  # YAML/JSON of allowed ranges; None: the device's own ranges
     # --- the simulated GPU (backend=sim only) ---
-    profile: str = "a100_sxm4_40gb"  # datasheet profile under conf/device/profile/
+    profile: str = "a100_sxm4_40gb"  # a profile under conf/device/profile/, or a YAML file path
     count: int = 1  # how many simulated GPUs
     state_dir: Optional[str] = None  # the sim's on-disk state; default $DVFS_SIM_STATE_DIR or ~/.cache
     seed: int = 0  # silicon lottery: seeds UUIDs and stability thresholds
