@@ -265,7 +265,9 @@ class ChaosRun:
         return [g["uuid"] for g in gpus]
 
     def gpu_state(self, index: int) -> dict[str, Any]:
-        return json.loads((self.state / f"gpu-{index}.json").read_text())
+        from orchestrator.devices.sim.state import Machine
+
+        return Machine(self.state).read(index)
 
     def changed_gpus(self) -> list[str]:
         """GPUs not at their defaults (locked clocks, power limit, offset) or still lost."""

@@ -193,13 +193,13 @@ def assert_valid(cfg: Any, resolved: dict[str, Any], request: Any) -> None:
 @given(overrides=st.lists(override(), min_size=1, max_size=4))
 def test_any_override_is_accepted_and_valid_or_refused_in_one_line(sim_a100, overrides):
     device, state = sim_a100
-    before = sorted((p.name, p.read_bytes()) for p in state.glob("gpu-*.json"))
+    before = sorted((p.name, p.read_bytes()) for p in state.glob("gpu-*.state"))
     error = check_overrides(overrides, device)
     if error is not None:
         text = str(error)
         assert text and "\n" not in text, (overrides, text)
         assert "Traceback" not in text
-    assert sorted((p.name, p.read_bytes()) for p in state.glob("gpu-*.json")) == before
+    assert sorted((p.name, p.read_bytes()) for p in state.glob("gpu-*.state")) == before
     assert not list((state / "journal").glob("*.json"))
 
 

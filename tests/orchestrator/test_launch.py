@@ -67,7 +67,9 @@ def uuids_in_pci_order(state: Path) -> list[str]:
 
 
 def sim_gpu(state: Path, index: int) -> dict:
-    return json.loads((state / f"gpu-{index}.json").read_text())
+    from orchestrator.devices.sim.state import Machine
+
+    return Machine(state).read(index)
 
 
 def assert_no_overlap(rows: list[dict]) -> None:

@@ -105,8 +105,6 @@ def test_a_second_sweep_into_a_running_sweeps_directory_is_refused_and_sigterm_r
     """The same command twice at once: the second is one line and exit 2, touching nothing; then
     SIGTERM stops the first, which restores its GPU (no journal entry, no `dvfs restore`) and
     exits 143, and the same command resumes it."""
-    import json
-
     sweep_dir = tmp_path / "sweep"
     args = [*DVFS, *GRID, f"hydra.sweep.dir={sweep_dir}"]
     first = subprocess.Popen(args, cwd=tmp_path, env=env_for(tmp_path), stdout=subprocess.DEVNULL,
@@ -126,7 +124,9 @@ def test_a_second_sweep_into_a_running_sweeps_directory_is_refused_and_sigterm_r
     assert first.returncode == 143, err
     assert "dvfs sweep: terminated (SIGTERM); every trial stored so far is kept" in err
     assert not list((tmp_path / "sim" / "journal").glob("*.json"))  # restored by itself
-    gpu = json.loads((tmp_path / "sim" / "gpu-0.json").read_text())
+    from orchestrator.devices.sim.state import Machine
+
+    gpu = Machine(tmp_path / "sim").read(0)
     assert gpu["locked_sm_mhz"] is None and gpu["power_limit_w"] == 400
 
     rerun = subprocess.run(args, cwd=tmp_path, env=env_for(tmp_path), capture_output=True,

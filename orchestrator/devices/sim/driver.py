@@ -69,7 +69,7 @@ def _gpu(handle: SimHandle, *, allow_lost: bool = False) -> tuple[Machine, int]:
     m = _m()
     if not isinstance(handle, SimHandle) or not 0 <= handle.index < len(m.gpus):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    if not allow_lost and m.read(handle.index)["lost"]:
+    if not allow_lost and m.is_lost(handle.index):
         raise NVMLError(NVML_ERROR_GPU_IS_LOST)
     return m, handle.index
 
