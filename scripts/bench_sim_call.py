@@ -12,8 +12,8 @@ two locks so that every call changes the state.
 
 Usage::
 
-    .venv/bin/python scripts/bench_sim_call.py [--rounds 7] [--calls 2000] [--profile a100_sxm4_40gb]
-        [--json out.json]
+    .venv/bin/python scripts/bench_sim_call.py [--rounds 7] [--calls 2000]
+        [--profile a100_sxm4_40gb] [--json out.json]
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="rounds per call (median reported)")
     parser.add_argument("--calls", type=int, default=2000, help="calls per round")
-    parser.add_argument("--setter-calls", type=int, default=200, help="calls per round of the setter (each fsyncs)")
+    parser.add_argument(
+        "--setter-calls", type=int, default=200, help="calls per round of the setter (each syncs)"
+    )
     parser.add_argument("--profile", default="a100_sxm4_40gb", help="the simulated GPU's profile")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
@@ -61,14 +63,20 @@ def main(argv: list[str] | None = None) -> int:
         sim.nvmlInit()
         try:
             h = sim.nvmlDeviceGetHandleByIndex(0)
-            work = KernelWork(flops=2e9, bytes_moved=4e8, peak="fp32", kernel_class="stencil", framework="jax")
-            lo = sim.nvmlDeviceGetSupportedGraphicsClocks(h, sim.nvmlDeviceGetSupportedMemoryClocks(h)[0])[-1]
+            work = KernelWork(
+                flops=2e9, bytes_moved=4e8, peak="fp32", kernel_class="stencil", framework="jax"
+            )
+            mem = sim.nvmlDeviceGetSupportedMemoryClocks(h)[0]
+            lo = sim.nvmlDeviceGetSupportedGraphicsClocks(h, mem)[-1]
             hi = sim.nvmlDeviceGetMaxClockInfo(h, sim.NVML_CLOCK_SM)
             cases = {
-                "simDeviceRecordKernelCall": (lambda k: sim.simDeviceRecordKernelCall(h, work), args.calls),
+                "simDeviceRecordKernelCall": (
+                    lambda k: sim.simDeviceRecordKernelCall(h, work), args.calls
+                ),
                 "simDeviceGetTimeS": (lambda k: sim.simDeviceGetTimeS(h), args.calls),
                 "nvmlDeviceSetGpuLockedClocks": (
-                    lambda k: sim.nvmlDeviceSetGpuLockedClocks(h, lo, hi if k % 2 else lo), args.setter_calls
+                    lambda k: sim.nvmlDeviceSetGpuLockedClocks(h, lo, hi if k % 2 else lo),
+                    args.setter_calls,
                 ),
             }
             figures = {}

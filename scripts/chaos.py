@@ -301,7 +301,7 @@ class ChaosRun:
 
         sim.nvmlInit()
         try:
-            sim.simDeviceSetLost(sim.nvmlDeviceGetHandleByUUID(uuid), lost)
+            sim.simDeviceSetLost(sim.simDeviceGetHandleByUUID(uuid), lost)  # lost or not
         finally:
             sim.nvmlShutdown()
 

@@ -69,10 +69,13 @@ def test_xids_arrive_as_events_registered_before_them(backend):
 
 
 def test_a_lost_gpu_logs_xid_79(backend):
-    sim.simDeviceSetLost(handle(1), True)
-    assert sim.simDeviceGetXidErrors(handle(1)) == [79]
+    h = handle(1)  # taken before the loss: NVML hands out no handle to a lost GPU
+    sim.simDeviceSetLost(h, True)
+    assert sim.simDeviceGetXidErrors(h) == [79]
     with pytest.raises(pynvml.NVMLError_GpuIsLost):
-        sim.nvmlDeviceGetTotalEccErrors(handle(1), 1, 0)
+        sim.nvmlDeviceGetTotalEccErrors(h, 1, 0)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        handle(1)
 
 
 # --- Device.health() -------------------------------------------------------------------------
@@ -164,7 +167,7 @@ def gpu0(tmp_path):
     device = backend.device(0)
     guard = SettingsGuard(device, Journal(journal_dir(compose(SIM(tmp_path)).device))).__enter__()
     yield TrialContext(device=device, guard=guard, kernels=NoKernels(), sweep_id="test")
-    sim.simDeviceSetLost(handle(0), False)
+    sim.simDeviceSetLost(sim.simDeviceGetHandleByIndex(0), False)
     guard.close()
     backend.close()
 
@@ -192,7 +195,8 @@ def test_an_unhealthy_gpu_gives_device_error_rows_and_no_setting_is_touched(gpu0
 def test_a_gpu_lost_during_a_trial_takes_no_further_trials(gpu0, tmp_path):
     rows = trial(gpu0, tmp_path, LosesTheGpu(handle(0)))
     assert rows[0]["status"] == "device_error" and "fallen off the bus" in rows[0]["error"]
-    sim.simDeviceSetLost(handle(0), False)  # back on the bus: this process still retires it
+    # back on the bus (a lost GPU has no NVML handle: the sim's own lookup): still retired here
+    sim.simDeviceSetLost(sim.simDeviceGetHandleByIndex(0), False)
     again = trial(gpu0, tmp_path, NoKernels())
     assert again[0]["status"] == "device_error"
     assert again[0]["error"].startswith(f"not run: GPU 0 ({gpu0.device.identity.uuid}) is lost"), again[0]["error"]

@@ -379,7 +379,7 @@ def test_a_gpu_that_falls_off_the_bus_takes_no_further_trials_and_the_report_nam
         close_pool()
         sim.nvmlInit()
         try:
-            sim.simDeviceSetLost(sim.nvmlDeviceGetHandleByUUID(gpu1), False)  # a reset, a reboot
+            sim.simDeviceSetLost(sim.simDeviceGetHandleByUUID(gpu1), False)  # a reset, a reboot
         finally:
             sim.nvmlShutdown()
     backend = open_backend({"backend": "sim", "count": 4})

@@ -39,19 +39,28 @@ records XID 79 (GPU has fallen off the bus), as the driver does.
 from __future__ import annotations
 
 import math
+import re
 import time
+import types
+from ctypes import c_int as _c_int
 from dataclasses import dataclass
 from typing import Any
 
 import pynvml as _real
 
+from orchestrator.devices.base import ClockEventReason
+
 # Share nvidia-ml-py's constants, structs and error classes (never its functions: an NVML call
 # this module does not simulate must not reach a real driver).
+_SHARED_PREFIXES = (
+    "NVML_", "NVMLError", "nvmlClocksEventReason", "nvmlClocksThrottleReason", "c_nvml",
+    "nvmlClockOffset", "nvmlPciInfo",
+)
 globals().update(
     {
         name: value
         for name, value in vars(_real).items()
-        if name.startswith(("NVML_", "NVMLError", "nvmlClocksEventReason", "nvmlClocksThrottleReason", "c_nvml", "nvmlClockOffset", "nvmlPciInfo"))
+        if name.startswith(_SHARED_PREFIXES)
         or (isinstance(value, type) and issubclass(value, Exception))
     }
 )
@@ -85,6 +94,7 @@ NVML_VALUE_TYPE_UNSIGNED_INT = _real.NVML_VALUE_TYPE_UNSIGNED_INT
 NVML_FI_DEV_POWER_INSTANT = _real.NVML_FI_DEV_POWER_INSTANT
 NVML_FI_DEV_POWER_AVERAGE = _real.NVML_FI_DEV_POWER_AVERAGE
 
+from orchestrator.devices.sim import driver as _driver
 from orchestrator.devices.sim.driver import (  # noqa: F401 - the pynvml surface
     SimHandle,
     _gpu,
@@ -102,12 +112,53 @@ from orchestrator.devices.sim.telemetry import (  # noqa: F401 - the pynvml surf
     nvmlDeviceGetFieldValues,
     nvmlDeviceGetPowerUsage,
     nvmlDeviceGetTotalEnergyConsumption,
+    simDeviceGetEnergyMj,
     simDeviceGetTimeS,
     simDeviceIdle,
     simDeviceRecordKernelCall,
 )
+from orchestrator.devices.sim.monitoring import (  # noqa: F401 - the pynvml surface
+    nvmlDeviceGetBrand,
+    nvmlDeviceGetC2cModeInfoV,
+    nvmlDeviceGetC2cModeInfoV1,
+    nvmlDeviceGetComputeMode,
+    nvmlDeviceGetComputeRunningProcesses,
+    nvmlDeviceGetComputeRunningProcesses_v2,
+    nvmlDeviceGetComputeRunningProcesses_v3,
+    nvmlDeviceGetCudaComputeCapability,
+    nvmlDeviceGetDecoderUtilization,
+    nvmlDeviceGetEncoderUtilization,
+    nvmlDeviceGetFanSpeed,
+    nvmlDeviceGetFanSpeed_v2,
+    nvmlDeviceGetGraphicsRunningProcesses,
+    nvmlDeviceGetGraphicsRunningProcesses_v2,
+    nvmlDeviceGetGraphicsRunningProcesses_v3,
+    nvmlDeviceGetMemoryInfo,
+    nvmlDeviceGetMigMode,
+    nvmlDeviceGetMinorNumber,
+    nvmlDeviceGetMPSComputeRunningProcesses,
+    nvmlDeviceGetMPSComputeRunningProcesses_v2,
+    nvmlDeviceGetMPSComputeRunningProcesses_v3,
+    nvmlDeviceGetNumFans,
+    nvmlDeviceGetPerformanceState,
+    nvmlDeviceGetPersistenceMode,
+    nvmlDeviceGetPowerState,
+    nvmlDeviceGetSerial,
+    nvmlDeviceGetTemperatureV,
+    nvmlDeviceGetTemperatureV1,
+    nvmlDeviceGetUtilizationRates,
+    nvmlDeviceSetPersistenceMode,
+    nvmlMemory_v2,
+    nvmlSystemGetCudaDriverVersion,
+    nvmlSystemGetCudaDriverVersion_v2,
+    nvmlSystemGetNVMLVersion,
+    nvmlTemperature_v1,
+)
 
-_ARCH = {"kepler": 2, "maxwell": 3, "pascal": 4, "volta": 5, "turing": 6, "ampere": 7, "ada": 8, "hopper": 9}
+_ARCH = {
+    "kepler": 2, "maxwell": 3, "pascal": 4, "volta": 5, "turing": 6, "ampere": 7, "ada": 8,
+    "hopper": 9,
+}
 
 
 # --- system and handles -----------------------------------------------------------------------
@@ -119,31 +170,60 @@ def nvmlDeviceGetCount() -> int:
     return len(_m().gpus)
 
 
-def nvmlDeviceGetHandleByIndex(index: int) -> SimHandle:
-    m = _m()
-    if not isinstance(index, int) or not 0 <= index < len(m.gpus):
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+def _reachable(index: int) -> SimHandle:
+    """A handle to GPU ``index``, which NVML refuses for a GPU that has fallen off the bus."""
+    if _m().is_lost(index):
+        raise NVMLError(NVML_ERROR_GPU_IS_LOST)
     return SimHandle(index)
 
 
-def nvmlDeviceGetHandleByUUID(uuid: str | bytes) -> SimHandle:
+def _index_in_range(index: int) -> int:
+    m = _m()
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(m.gpus):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return index
+
+
+def _index_of_uuid(uuid: str | bytes) -> int:
     uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
     for g in _m().gpus:
         if g.uuid == uuid:
-            return SimHandle(g.index)
+            return g.index
     raise NVMLError(NVML_ERROR_NOT_FOUND)
 
 
+def nvmlDeviceGetHandleByIndex(index: int) -> SimHandle:
+    """GPU ``index``'s handle; ``NVMLError_GpuIsLost`` for a GPU that has fallen off the bus."""
+    return _reachable(_index_in_range(index))
+
+
+def nvmlDeviceGetHandleByUUID(uuid: str | bytes) -> SimHandle:
+    """The handle of the GPU with this UUID; ``NVMLError_GpuIsLost`` as by index."""
+    return _reachable(_index_of_uuid(uuid))
+
+
 def nvmlDeviceGetHandleByPciBusId(pciBusId: str | bytes) -> SimHandle:
+    """The handle of the GPU at this PCI bus id; ``NVMLError_GpuIsLost`` as by index."""
     bus = (pciBusId.decode() if isinstance(pciBusId, bytes) else pciBusId).upper()
     if bus.count(":") not in (1, 2) or "." not in bus:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     for g in _m().gpus:
         full = g.pci_bus_id.upper()
-        # NVML accepts "domain:bus:device.function" with a 4- or 8-digit domain, or "bus:device.function".
+        # NVML accepts "domain:bus:device.function" with a 4- or 8-digit domain, or
+        # "bus:device.function".
         if bus in (full, full[4:], full[9:]):
-            return SimHandle(g.index)
+            return _reachable(g.index)
     raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+
+def simDeviceGetHandleByIndex(index: int) -> SimHandle:
+    """Sim only: GPU ``index``'s handle even when it is lost (to bring it back, or inspect it)."""
+    return SimHandle(_index_in_range(index))
+
+
+def simDeviceGetHandleByUUID(uuid: str | bytes) -> SimHandle:
+    """Sim only: the handle of the GPU with this UUID even when it is lost."""
+    return SimHandle(_index_of_uuid(uuid))
 
 
 # --- identity -------------------------------------------------------------------------------
@@ -172,8 +252,8 @@ def nvmlDeviceGetPciInfo(handle: SimHandle) -> c_nvmlPciInfo_t:
     return info
 
 
-def nvmlDeviceGetArchitecture(handle: SimHandle) -> int:
-    m, i = _gpu(handle)
+def nvmlDeviceGetArchitecture(device: SimHandle) -> int:
+    m, i = _gpu(device)
     return _ARCH[m.profiles[i].architecture]
 
 
@@ -217,16 +297,23 @@ def nvmlDeviceGetEnforcedPowerLimit(handle: SimHandle) -> int:
     return nvmlDeviceGetPowerManagementLimit(handle)
 
 
-def nvmlDeviceGetGpcClkMinMaxVfOffset(handle: SimHandle, minOffset: Any = None, maxOffset: Any = None) -> tuple[int, int]:
-    m, i = _gpu(handle)
+def nvmlDeviceGetGpcClkMinMaxVfOffset(
+    device: SimHandle, minOffset: Any = _c_int(), maxOffset: Any = _c_int()  # noqa: B008 - as pynvml
+) -> tuple[int, int] | int:
+    """The offset range in MHz, as pynvml gives it: a tuple for ``c_int`` arguments (the default),
+    else (references, e.g. ``byref(c_int())``) filled in and ``NVML_SUCCESS``."""
+    m, i = _gpu(device)
     rng = m.profiles[i].clock_offset_range_mhz
     if rng is None:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-    return int(rng[0]), int(rng[1])
+    is_reference = type(minOffset) is not _c_int or type(maxOffset) is not _c_int
+    for out, value in ((minOffset, rng[0]), (maxOffset, rng[1])):
+        getattr(out, "_obj", out).value = int(value)
+    return NVML_SUCCESS if is_reference else (int(rng[0]), int(rng[1]))
 
 
-def nvmlDeviceGetGpcClkVfOffset(handle: SimHandle) -> int:
-    m, i = _gpu(handle)
+def nvmlDeviceGetGpcClkVfOffset(device: SimHandle) -> int:
+    m, i = _gpu(device)
     if m.profiles[i].clock_offset_range_mhz is None:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     return int(m.read(i)["offset_mhz"])
@@ -242,7 +329,9 @@ def _set(handle: SimHandle, key: str, value: Any) -> None:
     m.update(i, change, sync=True)
 
 
-def nvmlDeviceSetGpuLockedClocks(handle: SimHandle, minGpuClockMHz: int, maxGpuClockMHz: int) -> None:
+def nvmlDeviceSetGpuLockedClocks(
+    handle: SimHandle, minGpuClockMHz: int, maxGpuClockMHz: int
+) -> None:
     m, i = _setter(handle)
     p = m.profiles[i]
     if not p.f_min_mhz <= minGpuClockMHz <= maxGpuClockMHz <= p.f_max_mhz:
@@ -255,7 +344,9 @@ def nvmlDeviceResetGpuLockedClocks(handle: SimHandle) -> None:
     _set(handle, "locked_sm_mhz", None)
 
 
-def nvmlDeviceSetMemoryLockedClocks(handle: SimHandle, minMemClockMHz: int, maxMemClockMHz: int) -> None:
+def nvmlDeviceSetMemoryLockedClocks(
+    handle: SimHandle, minMemClockMHz: int, maxMemClockMHz: int
+) -> None:
     m, i = _setter(handle)
     mems = m.profiles[i].mem_clocks_mhz
     if not mems[0] <= minMemClockMHz <= maxMemClockMHz <= mems[-1]:
@@ -276,23 +367,57 @@ def nvmlDeviceSetPowerManagementLimit(handle: SimHandle, limit: int) -> None:
     _set(handle, "power_limit_w", limit / 1000.0)
 
 
-def nvmlDeviceSetGpcClkVfOffset(handle: SimHandle, offset: int) -> None:
-    m, i = _setter(handle)
+def nvmlDeviceSetGpcClkVfOffset(device: SimHandle, offset: int) -> None:
+    m, i = _setter(device)
     rng = m.profiles[i].clock_offset_range_mhz
     if rng is None:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     if not rng[0] <= offset <= rng[1]:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    _set(handle, "offset_mhz", int(offset))
+    _set(device, "offset_mhz", int(offset))
+
+
+_LIMITED = int(  # reasons that hold a clock below a locked minimum
+    ClockEventReason.SW_POWER_CAP
+    | ClockEventReason.HW_SLOWDOWN
+    | ClockEventReason.SW_THERMAL_SLOWDOWN
+)
+
+
+def _within_lock(
+    clock: int, locked: Any, supported: tuple[int, ...], s: dict[str, Any], offset: int
+) -> int:
+    """The clock a GPU runs at the moment a lock applies, from what its state last recorded.
+
+    A lock applies at once, not at the next kernel call: a clock above the locked maximum drops
+    to it; an idle GPU, or a resident one that no power cap or thermal limit holds down, runs at
+    least at the locked minimum (the supported clocks at or below each bound, as NVML rounds).
+    """
+    if locked is None:
+        return clock
+    lo, hi = (_at_or_below(supported, int(v)) + offset for v in locked)
+    clock = min(clock, hi)
+    idle = int(s.get("reasons", 0)) & int(ClockEventReason.GPU_IDLE)
+    if idle or not int(s.get("reasons", 0)) & _LIMITED:
+        clock = max(clock, lo)
+    return clock
+
+
+def _at_or_below(supported: tuple[int, ...], mhz: int) -> int:
+    below = [c for c in supported if c <= mhz]
+    return max(below) if below else min(supported)
 
 
 def nvmlDeviceGetClockInfo(handle: SimHandle, type: int) -> int:
+    """The current clock in MHz; a locked clock shows at once (see ``_within_lock``)."""
     m, i = _gpu(handle)
     s = m.read(i)
+    p = m.profiles[i]
     if type in (NVML_CLOCK_SM, NVML_CLOCK_GRAPHICS):
-        return int(s["sm_clock_mhz"])
+        offset = int(s.get("offset_mhz", 0))
+        return _within_lock(int(s["sm_clock_mhz"]), s["locked_sm_mhz"], p.sm_clocks_mhz, s, offset)
     if type == NVML_CLOCK_MEM:
-        return int(s["mem_clock_mhz"])
+        return _within_lock(int(s["mem_clock_mhz"]), s["locked_mem_mhz"], p.mem_clocks_mhz, s, 0)
     raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
 
 
@@ -406,7 +531,9 @@ def nvmlEventSetWait_v2(eventSet: SimEventSet, timeoutms: int) -> SimEventData:
                 kind, data = events[reg[1]]
                 reg[1] += 1
                 if kind & reg[0]:
-                    return SimEventData(device=SimHandle(i), eventType=int(kind), eventData=int(data))
+                    return SimEventData(
+                        device=SimHandle(i), eventType=int(kind), eventData=int(data)
+                    )
         if time.monotonic() >= deadline:
             raise NVMLError(NVML_ERROR_TIMEOUT)
         time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
@@ -458,7 +585,9 @@ def simDeviceGetXidErrors(handle: SimHandle) -> list[int]:
     return [int(data) for kind, data in events if kind == nvmlEventTypeXidCriticalError]
 
 
-def simDeviceInjectEccErrors(handle: SimHandle, count: int, errorType: int = NVML_MEMORY_ERROR_TYPE_UNCORRECTED) -> None:
+def simDeviceInjectEccErrors(
+    handle: SimHandle, count: int, errorType: int = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+) -> None:
     """Sim only: ``count`` memory errors of ``errorType`` (uncorrected by default) happen now.
 
     Both the volatile and the aggregate counters grow; an uncorrected error also emits a
@@ -499,7 +628,83 @@ def simDeviceSetTemperatureC(handle: SimHandle, celsius: float) -> None:
     m.update(i, change, sync=True)
 
 
-def simDeviceGetStabilityThresholdMhz(handle: SimHandle, kernel_class: str, framework: str = "") -> int:
+def simDeviceGetStabilityThresholdMhz(
+    handle: SimHandle, kernel_class: str, framework: str = ""
+) -> int:
     """Ground truth: the lowest clock at which this kernel class never faults on this GPU."""
     m, i = _gpu(handle)
     return _threshold(m, i, kernel_class, framework)
+
+
+# --- the library's own lookups: function pointers, error strings, what is not simulated -------
+_nvmlGetFunctionPointer_cache: dict[str, Any] = {}  # noqa: N816 - pynvml's name
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+_PYNVML_HELPERS = frozenset({"nvmlStructToFriendlyObject", "nvmlFriendlyObjectToStruct"})
+
+
+def _simulated(name: str) -> Any:
+    """The function this module offers for the NVML entry point ``name`` (None: not simulated).
+
+    NVML's C symbols carry version suffixes that pynvml's Python names often drop
+    (``nvmlDeviceGetHandleByIndex_v2``, ``nvmlDeviceGetMemoryInfo_v2``,
+    ``nvmlDeviceGetComputeRunningProcesses_v3``, ``nvmlInit_v2``).
+    """
+    for candidate in (name, _VERSION_SUFFIX.sub("", name)):
+        fn = globals().get(candidate)
+        if isinstance(fn, types.FunctionType) and candidate.startswith("nvml"):
+            return fn
+    return None
+
+
+def _nvmlGetFunctionPointer(name: str) -> Any:  # noqa: N802 - pynvml's name
+    """The entry point ``name`` of the simulated library, as nvidia-ml-py looks its own up.
+
+    Cached in ``_nvmlGetFunctionPointer_cache`` (a client may fill it, as gpustat does). The
+    "pointer" is this module's Python function for that call, taking pynvml's arguments (not
+    ctypes ones): clients look entry points up to learn what the driver offers.
+
+    Raises:
+        NVMLError_Uninitialized: ``nvmlInit`` has never succeeded in this process (the library
+            is not loaded yet; after ``nvmlShutdown`` it stays loaded, as nvidia-ml-py's does).
+        NVMLError_FunctionNotFound: the sim does not simulate that entry point.
+    """
+    if name in _nvmlGetFunctionPointer_cache:
+        return _nvmlGetFunctionPointer_cache[name]
+    if not _driver._loaded:
+        raise NVMLError(NVML_ERROR_UNINITIALIZED)
+    fn = _simulated(name)
+    if fn is None:
+        raise NVMLError(_real.NVML_ERROR_FUNCTION_NOT_FOUND)
+    _nvmlGetFunctionPointer_cache[name] = fn
+    return fn
+
+
+def nvmlErrorString(result: int) -> str:
+    """NVML's text for a return code."""
+    return _real.NVMLError._errcode_to_string.get(int(result), "Unknown Error")
+
+
+def _not_simulated(name: str) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        raise NVMLError(_real.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"Not simulated: NVMLError_FunctionNotFound, as {name} on a driver without it."
+    return call
+
+
+def __getattr__(name: str) -> Any:
+    """Every other name nvidia-ml-py has, so a client written against it finds it here too.
+
+    Its constants, structs and pure-Python helpers are nvidia-ml-py's own; each of its NVML calls
+    that the sim does not simulate raises ``NVMLError_FunctionNotFound`` (as on a driver that
+    lacks that entry point), and never reaches a real driver.
+    """
+    if name.startswith("__") or not hasattr(_real, name):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_real, name)
+    if isinstance(value, types.FunctionType) and name not in _PYNVML_HELPERS:
+        value = _not_simulated(name)
+    globals()[name] = value
+    return value
+

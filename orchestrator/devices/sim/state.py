@@ -220,6 +220,7 @@ def fresh_gpu_state(profile: GpuProfile) -> dict[str, Any]:
         "reasons": 0x1,  # GPU_IDLE
         "calls": 0,
         "lost": False,
+        "persistence_mode": 0,  # NVML_FEATURE_DISABLED: no persistence daemon at driver load
         "ecc_errors": {"corrected": 0, "uncorrected": 0},
         "events": [],  # [nvmlEventType*, data] in the order they happened (data: the XID)
     }

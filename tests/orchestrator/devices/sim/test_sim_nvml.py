@@ -64,7 +64,8 @@ def test_the_error_classes_are_nvidia_ml_pys_own(machine):
     with pytest.raises(pynvml.NVMLError_NotFound):
         sim.nvmlDeviceGetHandleByUUID("GPU-nope")
     assert sim.NVMLError_NoPermission is pynvml.NVMLError_NoPermission
-    assert not hasattr(sim, "nvmlDeviceGetBAR1MemoryInfo")  # unsimulated calls never reach a driver
+    with pytest.raises(pynvml.NVMLError_FunctionNotFound):  # unsimulated: never reaches a driver
+        sim.nvmlDeviceGetBAR1MemoryInfo(h)
 
 
 def test_calls_before_init_are_uninitialized(tmp_path, monkeypatch):

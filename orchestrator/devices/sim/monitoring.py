@@ -1,0 +1,279 @@
+"""What a monitoring client asks the simulated NVML beyond what the adapter needs.
+
+A program written against nvidia-ml-py (gpustat, an ``nvidia-smi``-like script) asks for memory,
+utilisation, fans, processes, versions, persistence mode and the like. Each call here answers as
+a real data-center board would, from the model where the model knows, and with
+``NVMLError_NotSupported`` where such a board has no such thing. ``nvml.py`` re-exports every
+public name; signatures, return types and structs are nvidia-ml-py's own.
+
+- Versions: the driver is ``state.DRIVER_VERSION``; NVML reports ``12.<driver>`` and the CUDA
+  driver API 12.4 (``12040``), what an R550 driver reports.
+- Memory (``nvmlDeviceGetMemoryInfo``, v1 and ``version=nvmlMemory_v2``): the board's capacity
+  from its profile (``memory_gib``, or the "NNGB" in its profile or marketing name); the driver
+  reserves about 1 %, and nothing else is ever allocated (the sim's kernels run on the host), so
+  v2 reports that as ``reserved`` and ``used`` 0, and v1 (where used includes reserved) reports it
+  as ``used``.
+- Utilisation: ``gpu`` is 100 % while a kernel is resident (the last thing the GPU did was a
+  kernel call) and 0 when idle; ``memory`` is the last call's share of memory-bound time where the
+  state records it (``memory_util``), else 0 when idle and ``gpu`` when busy. Video engines are
+  idle: 0 % over NVML's 167 ms sampling period.
+- Fans: every shipped board is passively cooled (SXM, or a passive PCIe card), so
+  ``nvmlDeviceGetFanSpeed`` is ``NOT_SUPPORTED``, as on the real boards.
+- Processes: the sim does not know which processes hold a context on a GPU, so the compute,
+  graphics and MPS process lists are empty (as on a board nothing runs on).
+- Persistence mode: off when the machine is made, settable by a privileged user
+  (``nvmlDeviceSetPersistenceMode``); it changes nothing else in the model.
+- C2C (chip-to-chip, Grace Hopper's NVLink-C2C): no shipped board has the link, so
+  ``nvmlDeviceGetC2cModeInfoV`` is ``NOT_SUPPORTED``.
+- MIG mode: disabled (current and pending) on Ampere and Hopper; ``NOT_SUPPORTED`` before them.
+- Identity extras: the minor number is the index, the serial a fixed 13-digit number derived from
+  the UUID, the brand ``NVML_BRAND_TESLA`` for "Tesla ..." boards and ``NVML_BRAND_NVIDIA`` for the
+  rest, compute mode ``DEFAULT``, performance state P0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import pynvml as _real
+
+from orchestrator.devices.base import ClockEventReason
+from orchestrator.devices.sim.driver import SimHandle, _gpu, _m, _setter
+from orchestrator.devices.sim.state import Machine
+
+NVMLError = _real.NVMLError
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = _real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+NVML_ERROR_INVALID_ARGUMENT = _real.NVML_ERROR_INVALID_ARGUMENT
+NVML_ERROR_NOT_SUPPORTED = _real.NVML_ERROR_NOT_SUPPORTED
+NVML_FEATURE_DISABLED = _real.NVML_FEATURE_DISABLED
+NVML_FEATURE_ENABLED = _real.NVML_FEATURE_ENABLED
+NVML_TEMPERATURE_GPU = _real.NVML_TEMPERATURE_GPU
+nvmlMemory_v2 = _real.nvmlMemory_v2
+nvmlTemperature_v1 = _real.nvmlTemperature_v1
+
+CUDA_DRIVER_VERSION = 12040  # CUDA 12.4, the driver API an R550 driver offers
+VIDEO_SAMPLING_PERIOD_US = 167_000  # NVML's encoder/decoder utilisation window
+_RESERVED_SHARE = 0.01  # of the board's memory, kept by the driver
+_MIB = 1 << 20
+_COMPUTE_CAPABILITY = {
+    "pascal": (6, 0), "volta": (7, 0), "turing": (7, 5), "ampere": (8, 0), "ada": (8, 9),
+    "hopper": (9, 0),
+}
+_MIG_ARCHITECTURES = frozenset({"ampere", "hopper"})
+
+
+# --- versions ---------------------------------------------------------------------------------
+def nvmlSystemGetNVMLVersion() -> str:
+    return f"12.{_m().driver_version}"
+
+
+def nvmlSystemGetCudaDriverVersion() -> int:
+    _m()
+    return CUDA_DRIVER_VERSION
+
+
+def nvmlSystemGetCudaDriverVersion_v2() -> int:
+    return nvmlSystemGetCudaDriverVersion()
+
+
+# --- temperature (the versioned call) -----------------------------------------------------------
+def nvmlDeviceGetTemperatureV1(handle: SimHandle, sensor: int) -> int:
+    m, i = _gpu(handle)
+    if sensor != NVML_TEMPERATURE_GPU:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return int(round(m.read(i)["temperature_c"]))
+
+
+def nvmlDeviceGetTemperatureV(
+    handle: SimHandle, sensor: int, version: int = nvmlTemperature_v1
+) -> int:
+    """The die temperature in degrees C, as ``nvmlDeviceGetTemperature`` (pynvml returns the int).
+
+    Raises:
+        NVMLError_ArgumentVersionMismatch: ``version`` is not ``nvmlTemperature_v1``.
+    """
+    if version != nvmlTemperature_v1:
+        raise NVMLError(NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+    return nvmlDeviceGetTemperatureV1(handle, sensor)
+
+
+# --- memory -----------------------------------------------------------------------------------
+def memory_total_bytes(m: Machine, i: int) -> int | None:
+    """The board's memory capacity: the profile's ``memory_gib``, else the "NNGB" in its names."""
+    p = m.profiles[i]
+    gib = getattr(p, "memory_gib", None)
+    if gib is None:
+        for text in (m.gpus[i].profile, p.name):
+            found = re.search(r"(\d+)\s*GB", text, re.IGNORECASE)
+            if found:
+                gib = int(found.group(1))
+                break
+    return None if gib is None else int(gib * 1024) * _MIB
+
+
+def nvmlDeviceGetMemoryInfo(handle: SimHandle, version: Any = None) -> Any:
+    """``c_nvmlMemory_t`` (v1), or ``c_nvmlMemory_v2_t`` for ``version=nvmlMemory_v2``, in bytes.
+
+    Raises:
+        NVMLError_NotSupported: the profile does not say how much memory the board has.
+        NVMLError_ArgumentVersionMismatch: a ``version`` other than ``nvmlMemory_v2``.
+    """
+    m, i = _gpu(handle)
+    total = memory_total_bytes(m, i)
+    if total is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    reserved = int(total * _RESERVED_SHARE) // _MIB * _MIB
+    if not version:
+        info = _real.c_nvmlMemory_t()
+        info.total, info.used, info.free = total, reserved, total - reserved
+        return info
+    if version != nvmlMemory_v2:
+        raise NVMLError(NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+    info = _real.c_nvmlMemory_v2_t()
+    info.version, info.total, info.reserved = version, total, reserved
+    info.used, info.free = 0, total - reserved
+    return info
+
+
+# --- utilisation, fans, processes -------------------------------------------------------------
+def _busy(s: dict[str, Any]) -> bool:
+    return not int(s.get("reasons", 0)) & int(ClockEventReason.GPU_IDLE)
+
+
+def nvmlDeviceGetUtilizationRates(handle: SimHandle) -> Any:
+    """``c_nvmlUtilization_t``: percent of the last sample period a kernel ran / memory was busy."""
+    m, i = _gpu(handle)
+    s = m.read(i)
+    util = _real.c_nvmlUtilization_t()
+    busy = _busy(s)
+    util.gpu = 100 if busy else 0
+    memory = s.get("memory_util")
+    if not busy:
+        util.memory = 0
+    elif memory is not None:
+        util.memory = int(round(100 * min(1.0, max(0.0, float(memory)))))
+    else:
+        util.memory = util.gpu
+    return util
+
+
+def nvmlDeviceGetEncoderUtilization(handle: SimHandle) -> list[int]:
+    _gpu(handle)
+    return [0, VIDEO_SAMPLING_PERIOD_US]
+
+
+def nvmlDeviceGetDecoderUtilization(handle: SimHandle) -> list[int]:
+    _gpu(handle)
+    return [0, VIDEO_SAMPLING_PERIOD_US]
+
+
+def nvmlDeviceGetFanSpeed(handle: SimHandle) -> int:
+    """Every shipped board is passively cooled: ``NOT_SUPPORTED``, as on the real boards."""
+    _gpu(handle)
+    raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+
+def nvmlDeviceGetFanSpeed_v2(handle: SimHandle, fan: int) -> int:
+    _gpu(handle)
+    raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+
+def nvmlDeviceGetNumFans(device: SimHandle) -> int:
+    _gpu(device)
+    return 0
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle: SimHandle) -> list[Any]:
+    """No process is known to hold a context (the sim does not track them): an empty list."""
+    _gpu(handle)
+    return []
+
+
+nvmlDeviceGetComputeRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses
+nvmlDeviceGetComputeRunningProcesses_v2 = nvmlDeviceGetComputeRunningProcesses
+nvmlDeviceGetGraphicsRunningProcesses = nvmlDeviceGetComputeRunningProcesses
+nvmlDeviceGetGraphicsRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses
+nvmlDeviceGetGraphicsRunningProcesses_v2 = nvmlDeviceGetComputeRunningProcesses
+nvmlDeviceGetMPSComputeRunningProcesses = nvmlDeviceGetComputeRunningProcesses
+nvmlDeviceGetMPSComputeRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses
+nvmlDeviceGetMPSComputeRunningProcesses_v2 = nvmlDeviceGetComputeRunningProcesses
+
+
+# --- modes ------------------------------------------------------------------------------------
+def nvmlDeviceGetPersistenceMode(handle: SimHandle) -> int:
+    m, i = _gpu(handle)
+    return int(m.read(i).get("persistence_mode", NVML_FEATURE_DISABLED))
+
+
+def nvmlDeviceSetPersistenceMode(handle: SimHandle, mode: int) -> None:
+    """Turn persistence mode on or off (privileged, as every setter).
+
+    Raises:
+        NVMLError_NoPermission: the machine is not privileged.
+        NVMLError_InvalidArgument: ``mode`` is neither ``NVML_FEATURE_ENABLED`` nor ``_DISABLED``.
+    """
+    m, i = _setter(handle)
+    if mode not in (NVML_FEATURE_DISABLED, NVML_FEATURE_ENABLED) or isinstance(mode, bool):
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+
+    def change(s: dict[str, Any]) -> None:
+        s["persistence_mode"] = int(mode)
+
+    m.update(i, change, sync=True)
+
+
+def nvmlDeviceGetC2cModeInfoV(handle: SimHandle) -> Any:
+    """No shipped board has a chip-to-chip (NVLink-C2C) link: ``NOT_SUPPORTED``."""
+    _gpu(handle)
+    raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+
+nvmlDeviceGetC2cModeInfoV1 = nvmlDeviceGetC2cModeInfoV
+
+
+def nvmlDeviceGetMigMode(device: SimHandle) -> list[int]:
+    m, i = _gpu(device)
+    if m.profiles[i].architecture not in _MIG_ARCHITECTURES:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return [_real.NVML_DEVICE_MIG_DISABLE, _real.NVML_DEVICE_MIG_DISABLE]
+
+
+def nvmlDeviceGetComputeMode(handle: SimHandle) -> int:
+    _gpu(handle)
+    return _real.NVML_COMPUTEMODE_DEFAULT
+
+
+def nvmlDeviceGetPerformanceState(handle: SimHandle) -> int:
+    _gpu(handle)
+    return _real.NVML_PSTATE_0
+
+
+nvmlDeviceGetPowerState = nvmlDeviceGetPerformanceState
+
+
+# --- identity extras ------------------------------------------------------------------------
+def nvmlDeviceGetMinorNumber(handle: SimHandle) -> int:
+    return _gpu(handle)[1]
+
+
+def nvmlDeviceGetSerial(handle: SimHandle) -> str:
+    m, i = _gpu(handle)
+    digest = hashlib.sha256(m.gpus[i].uuid.encode()).hexdigest()
+    return str(int(digest[:12], 16) % 10**13).rjust(13, "0")
+
+
+def nvmlDeviceGetBrand(handle: SimHandle) -> int:
+    m, i = _gpu(handle)
+    tesla = m.profiles[i].name.startswith("Tesla")
+    return _real.NVML_BRAND_TESLA if tesla else _real.NVML_BRAND_NVIDIA
+
+
+def nvmlDeviceGetCudaComputeCapability(handle: SimHandle) -> tuple[int, int]:
+    m, i = _gpu(handle)
+    arch = m.profiles[i].architecture
+    if arch not in _COMPUTE_CAPABILITY:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return _COMPUTE_CAPABILITY[arch]
+
