@@ -4,19 +4,27 @@ Power and energy readings (``nvmlDeviceGetTotalEnergyConsumption``, ``nvmlDevice
 ``nvmlDeviceGetFieldValues``) and the sim's extensions that move a GPU's virtual time on: an
 accounted kernel call (``simDeviceRecordKernelCall``), idle time (``simDeviceIdle``) and the
 virtual clock (``simDeviceGetTimeS``). ``nvml.py`` re-exports every public name.
+
+Readings are NVML's as each generation makes them (``GpuProfile.sensors``, computed by
+``sensors.py``): a reading is the mean power over its sensor's window before the sensor's latest
+update, exact in virtual time; the energy counter steps every ``counter_period_s``; the exact
+energy (``energy_mj`` in the state) is ground truth that no NVML call returns. A power cap acts
+after the controller's filter (``sensors.capped_call``). State keys this module adds to a GPU's
+state dict, each created the first time it is needed: ``sensor_tracks`` (one track per distinct
+sensor) and ``cap_over_s`` (the cap controller's integrator).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import pynvml as _real
 
 from orchestrator.devices.base import ClockEventReason, Fault, KernelWork
-from orchestrator.devices.sim import model
+from orchestrator.devices.sim import model, sensors
 from orchestrator.devices.sim.driver import SimHandle, _gpu
+from orchestrator.devices.sim.profile import PowerSensor
 from orchestrator.devices.sim.state import Machine
 
 NVMLError = _real.NVMLError
@@ -25,7 +33,11 @@ NVML_ERROR_NOT_SUPPORTED = _real.NVML_ERROR_NOT_SUPPORTED
 NVML_SUCCESS = _real.NVML_SUCCESS
 NVML_POWER_SCOPE_GPU = _real.NVML_POWER_SCOPE_GPU
 NVML_VALUE_TYPE_UNSIGNED_INT = _real.NVML_VALUE_TYPE_UNSIGNED_INT
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = _real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
 c_nvmlFieldValue_t = _real.c_nvmlFieldValue_t
+
+_TRACKS = "sensor_tracks"  # state key: {sensors.sensor_key(sensor): track}
+_CAP_OVER = "cap_over_s"  # state key: the power-cap controller's integrator (s)
 
 
 @dataclass(frozen=True)
@@ -39,39 +51,68 @@ class SimCallResult:
     fault: Fault
 
 # --- telemetry --------------------------------------------------------------------------------
+def _energy_counter_mj(m: Machine, i: int, s: dict[str, Any]) -> int:
+    return int(s["counter_mj"] if counter_period_s(m, i) > 0 else s["energy_mj"])
+
+
 def nvmlDeviceGetTotalEnergyConsumption(handle: SimHandle) -> int:
     m, i = _gpu(handle)
     if not m.profiles[i].has_energy_counter:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-    s = m.read(i)
-    value = s["counter_mj"] if counter_period_s(m, i) > 0 else s["energy_mj"]
-    return int(value)
+    return _energy_counter_mj(m, i, m.read(i))
+
+
+def _reading_mw(s: dict[str, Any], sensor: PowerSensor) -> int:
+    """What ``sensor`` reads now: its track's latest window mean (see ``sensors.py``), in mW.
+
+    A GPU whose state has no track yet has not moved since the sim began keeping them: its
+    power has been ``power_w`` all along, as far as the sim knows.
+    """
+    track = (s.get(_TRACKS) or {}).get(sensors.sensor_key(sensor))
+    watts = s["power_w"] if track is None else sensors.track_reading_w(track)
+    return int(round(watts * 1000))
 
 
 def nvmlDeviceGetPowerUsage(handle: SimHandle) -> int:
+    """The board's ``power_usage`` sensor in mW: instant on GA100 and before, a 1 s average on
+    Hopper and non-GA100 Ampere (``GpuProfile.sensors``)."""
     m, i = _gpu(handle)
-    return int(round(m.read(i)["power_w"] * 1000))
+    return _reading_mw(m.read(i), m.profiles[i].sensors.power_usage)
 
 
-# The field values the sim answers: NVML's power fields, in mW, at GPU scope.
-_POWER_FIELD_IDS = frozenset({_real.NVML_FI_DEV_POWER_INSTANT, _real.NVML_FI_DEV_POWER_AVERAGE})
+_POWER_FIELDS = {
+    _real.NVML_FI_DEV_POWER_INSTANT: "power_instant",
+    _real.NVML_FI_DEV_POWER_AVERAGE: "power_average",
+}
+_ENERGY_FIELD = _real.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
 
 
 def nvmlDeviceGetFieldValues(handle: SimHandle, fieldIds: list[Any]) -> Any:
     """Field values as pynvml returns them: a ``c_nvmlFieldValue_t`` array, one per request.
 
-    Each request is a field id, or a ``(fieldId, scopeId)`` pair as pynvml accepts. The sim knows
-    ``NVML_FI_DEV_POWER_INSTANT`` and ``NVML_FI_DEV_POWER_AVERAGE`` at GPU scope
-    (``NVML_POWER_SCOPE_GPU``): both hold the current modelled power in mW as an unsigned int.
-    The average is the instant value for now: the board's one-second average is left to the
-    issue that models it (a real GA100 answers NOT_SUPPORTED for the average). Any other field
-    or scope gets ``NVML_ERROR_NOT_SUPPORTED`` in its own ``nvmlReturn``, as NVML reports a
-    field the GPU does not offer; the call itself fails only as every call does (before
-    ``nvmlInit``, a bad handle, a lost GPU). ``timestamp`` is the GPU's virtual clock in
-    microseconds (NVML's is the host's wall clock), ``latencyUsec`` is 0.
+    Each request is a field id, or a ``(fieldId, scopeId)`` pair as pynvml accepts. The sim
+    answers, per the board's profile (``GpuProfile.sensors``):
+
+    - ``NVML_FI_DEV_POWER_INSTANT`` and ``NVML_FI_DEV_POWER_AVERAGE`` at GPU scope
+      (``NVML_POWER_SCOPE_GPU``), in mW as an unsigned int: each the mean power over its
+      sensor's window before the sensor's latest update (``sensors.py``). A board whose profile
+      has no such sensor (GA100's average; both on Volta and Pascal) answers
+      ``NVML_ERROR_NOT_SUPPORTED`` for it.
+    - ``NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION``: the energy counter in mJ as an unsigned long
+      long, the value ``nvmlDeviceGetTotalEnergyConsumption`` returns (the same ~100 ms steps);
+      ``NVML_ERROR_NOT_SUPPORTED`` on a board without a counter. The field has no scope: its
+      ``scopeId`` is ignored, as NVML ignores it for unscoped fields.
+
+    Any other field or scope gets ``NVML_ERROR_NOT_SUPPORTED`` in its own ``nvmlReturn``, as
+    NVML reports a field the GPU does not offer; the call itself fails only as every call does
+    (before ``nvmlInit``, a bad handle, a lost GPU). ``timestamp`` is when the value was read,
+    not when its sensor last updated: NVML's is the host's CPU time in microseconds since 1970,
+    the sim's is the GPU's virtual clock in microseconds. ``latencyUsec`` is 0.
     """
     m, i = _gpu(handle)
+    p = m.profiles[i]
     s = m.read(i)
+    now_us = int(round(float(s["time_s"]) * 1e6))
     values = (c_nvmlFieldValue_t * len(fieldIds))()
     for value, request in zip(values, fieldIds):
         try:
@@ -79,17 +120,20 @@ def nvmlDeviceGetFieldValues(handle: SimHandle, fieldIds: list[Any]) -> Any:
         except TypeError:
             field_id, scope_id = request, NVML_POWER_SCOPE_GPU
         value.fieldId, value.scopeId = int(field_id), int(scope_id)
-        value.timestamp = int(round(float(s["time_s"]) * 1e6))
+        value.timestamp = now_us
         value.latencyUsec = 0
-        if value.fieldId in _POWER_FIELD_IDS and value.scopeId == NVML_POWER_SCOPE_GPU:
-            value.valueType = NVML_VALUE_TYPE_UNSIGNED_INT
-            value.value.uiVal = int(round(s["power_w"] * 1000))
+        value.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+        if value.fieldId == _ENERGY_FIELD and p.has_energy_counter:
+            value.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            value.value.ullVal = _energy_counter_mj(m, i, s)
             value.nvmlReturn = NVML_SUCCESS
-        else:
-            value.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+        elif value.fieldId in _POWER_FIELDS and value.scopeId == NVML_POWER_SCOPE_GPU:
+            sensor = getattr(p.sensors, _POWER_FIELDS[value.fieldId])
+            if sensor is not None:
+                value.valueType = NVML_VALUE_TYPE_UNSIGNED_INT
+                value.value.uiVal = _reading_mw(s, sensor)
+                value.nvmlReturn = NVML_SUCCESS
     return values
-
-
 
 
 # --- sim extensions -------------------------------------------------------------------------
@@ -100,15 +144,27 @@ def counter_period_s(m: Machine, i: int) -> float:
 
 
 def _advance(m: Machine, i: int, s: dict[str, Any], duration_s: float, power: float) -> float:
-    """Move a GPU's virtual time on by ``duration_s`` at ``power`` W; returns the energy in mJ."""
+    """Move a GPU's virtual time on by ``duration_s`` at ``power`` W; returns the energy in mJ.
+
+    Advances the exact energy, the energy counter (its latest update), every power sensor's track
+    and the die temperature. O(1) unless a counter or sensor update falls inside the interval.
+    """
     p = m.profiles[i]
     t0, t1 = s["time_s"], s["time_s"] + duration_s
+    e0 = s["energy_mj"]
     energy = power * duration_s * 1e3
-    s["energy_mj"] += energy
+    s["energy_mj"] = e0 + energy
     period = counter_period_s(m, i)
-    if period > 0 and math.floor(t1 / period) > math.floor(t0 / period):
-        tick = math.floor(t1 / period) * period
+    if period > 0 and sensors.update_index(t1, period) > sensors.update_index(t0, period):
+        tick = sensors.update_index(t1, period) * period
         s["counter_mj"] = s["energy_mj"] - power * (t1 - tick) * 1e3
+    tracks = s.get(_TRACKS) or {}
+    for key, sensor in sensors.tracked(p):
+        track = tracks.get(key)
+        if track is None:
+            track = tracks[key] = sensors.open_track(sensor, t0, e0, s["power_w"])
+        sensors.advance_track(track, sensor, t0, t1, e0, power)
+    s[_TRACKS] = tracks  # reassigned: the store sees a changed key, not only a mutated value
     s["time_s"] = t1
     s["temperature_c"] = model.temperature_after(p, s["temperature_c"], power, duration_s)
     return energy
@@ -127,7 +183,13 @@ def _threshold(m: Machine, i: int, kernel_class: str, framework: str) -> int:
 
 
 def simDeviceRecordKernelCall(handle: SimHandle, work: KernelWork) -> SimCallResult:
-    """Account one finished kernel call: time, energy, clocks, reasons, and its fault."""
+    """Account one finished kernel call: time, energy, clocks, reasons, and its fault.
+
+    Under a power cap the call runs as the cap controller's lag has it (``sensors.capped_call``):
+    unthrottled, above the cap, for the filter's length after a load starts or the cap is
+    lowered, then at the model's capped point; a call across that moment runs in two phases.
+    The result's power, clock and fault are the call's last phase (where the board is now).
+    """
     m, i = _gpu(handle)
     p = m.profiles[i]
     threshold = _threshold(m, i, work.kernel_class, work.framework)
@@ -136,23 +198,38 @@ def simDeviceRecordKernelCall(handle: SimHandle, work: KernelWork) -> SimCallRes
     def change(s: dict[str, Any]) -> SimCallResult:
         locked = s["locked_sm_mhz"]
         mem = s["locked_mem_mhz"]
-        op = model.operating_point(
+        phases, s[_CAP_OVER] = sensors.capped_call(
             p,
             work,
+            s.get(_CAP_OVER, 0.0),
             max_clock_mhz=None if locked is None else locked[1],
             mem_clock_mhz=None if mem is None else mem[1],
             power_limit_w=s["power_limit_w"],
             offset_mhz=int(s["offset_mhz"]),
             thermal_slowdown=s["temperature_c"] >= p.slowdown_temp_c,
         )
-        energy = _advance(m, i, s, op.duration_s, op.power_w)
-        s.update(power_w=op.power_w, sm_clock_mhz=op.sm_clock_mhz, mem_clock_mhz=op.mem_clock_mhz, reasons=int(op.reasons))
-        prob = model.fault_probability(p, op.sm_clock_mhz, threshold, offset_mhz=int(s["offset_mhz"]), max_stable_offset_mhz=max_offset)
+        energy = duration = 0.0
+        for phase in phases:
+            energy += _advance(m, i, s, phase.duration_s, phase.op.power_w)
+            duration += phase.duration_s
+        op = phases[-1].op  # where the call ended: the point NVML reports now
+        s.update(
+            power_w=op.power_w,
+            sm_clock_mhz=op.sm_clock_mhz,
+            mem_clock_mhz=op.mem_clock_mhz,
+            reasons=int(op.reasons),
+        )
+        prob = model.fault_probability(
+            p, op.sm_clock_mhz, threshold,
+            offset_mhz=int(s["offset_mhz"]), max_stable_offset_mhz=max_offset,
+        )
         fault = Fault.NONE
         if prob.any > 0:
-            fault = model.draw_fault(prob, model.call_uniform(m.spec.seed, m.gpus[i].uuid, s["calls"]))
+            uniform = model.call_uniform(m.spec.seed, m.gpus[i].uuid, s["calls"])
+            fault = model.draw_fault(prob, uniform)
         s["calls"] += 1
-        return SimCallResult(op.duration_s, energy, int(round(op.power_w * 1000)), op.sm_clock_mhz, fault)
+        power_mw = int(round(op.power_w * 1000))
+        return SimCallResult(duration, energy, power_mw, op.sm_clock_mhz, fault)
 
     return m.update(i, change)
 
@@ -166,7 +243,10 @@ def simDeviceIdle(handle: SimHandle, seconds: float) -> None:
 
     def change(s: dict[str, Any]) -> None:
         _advance(m, i, s, float(seconds), p.idle_power_w)
-        s.update(power_w=p.idle_power_w, sm_clock_mhz=p.f_min_mhz, reasons=int(ClockEventReason.GPU_IDLE))
+        if _CAP_OVER in s:
+            s[_CAP_OVER] = sensors.drained(s[_CAP_OVER], float(seconds))
+        idle = int(ClockEventReason.GPU_IDLE)
+        s.update(power_w=p.idle_power_w, sm_clock_mhz=p.f_min_mhz, reasons=idle)
 
     m.update(i, change)
 
@@ -175,4 +255,14 @@ def simDeviceGetTimeS(handle: SimHandle) -> float:
     """The GPU's virtual clock in seconds."""
     m, i = _gpu(handle)
     return float(m.read(i)["time_s"])
+
+
+def simDeviceGetEnergyMj(handle: SimHandle) -> float:
+    """Sim only: ground truth, the exact energy since the machine began, in mJ (a float).
+
+    No NVML reading returns this: the counter steps every ``counter_period_s`` and the power
+    readings see only their windows. Tests compare meters against it.
+    """
+    m, i = _gpu(handle)
+    return float(m.read(i)["energy_mj"])
 

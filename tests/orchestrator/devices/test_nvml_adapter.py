@@ -17,6 +17,14 @@ from orchestrator.errors import (
 GEMM_8192 = KernelWork(flops=2 * 8192**3, bytes_moved=3 * 4 * 8192**2, peak="fp32", kernel_class="gemm")
 
 
+def run_for(dev, work, seconds):
+    """Run ``work`` for at least ``seconds`` of the device's time (past a sensor's update and the
+    power-cap filter: the A100's power reading updates every 100 ms, its cap acts after ~100 ms)."""
+    end = dev.now_s() + seconds
+    while dev.now_s() < end:
+        dev.on_kernel_call(work)
+
+
 def sim(tmp_path, **kw):
     cfg = {"backend": "sim", "state_dir": str(tmp_path / "sim"), "profile": "a100_sxm4_40gb", "count": 1}
     cfg.update(kw)
@@ -70,11 +78,11 @@ def test_setters_take_effect_and_resets_return_the_device_to_where_it_started(tm
 def test_power_cap_below_the_kernels_draw_lowers_the_clock_and_reports_the_reason(tmp_path):
     with sim(tmp_path) as backend:
         dev = backend.device(0)
-        dev.on_kernel_call(GEMM_8192)
+        run_for(dev, GEMM_8192, 0.3)
         uncapped_w = dev.power_mw() / 1000
         assert dev.clock_event_reasons() & ClockEventReason.SW_POWER_CAP == 0
         dev.set_power_limit_w(round(uncapped_w * 0.6))
-        dev.on_kernel_call(GEMM_8192)
+        run_for(dev, GEMM_8192, 0.3)  # past the cap's filter and the next power reading
         assert dev.sm_clock_mhz() < 1410
         assert dev.power_mw() / 1000 <= uncapped_w * 0.6 + 1
         assert ClockEventReason.SW_POWER_CAP in dev.clock_event_reasons()
@@ -85,11 +93,10 @@ def test_energy_counter_equals_model_power_times_time(tmp_path):
     with sim(tmp_path, energy_update_period_s=0.0) as backend:
         dev = backend.device(0)
         e0, t0 = dev.energy_mj(), dev.now_s()
-        dev.on_kernel_call(GEMM_8192)
-        power_w = dev.power_mw() / 1000
-        for _ in range(199):
+        for _ in range(200):
             dev.on_kernel_call(GEMM_8192)
         elapsed = dev.now_s() - t0
+        power_w = dev.power_mw() / 1000  # the A100's reading: the last 25 ms of a steady load
         energy_j = (dev.energy_mj() - e0) / 1000
         assert elapsed > 5
         assert energy_j == pytest.approx(power_w * elapsed, rel=1e-3)

@@ -17,7 +17,8 @@ from orchestrator.devices.sim.state import create_machine
 
 A100 = load_profile("a100_sxm4_40gb")
 # ~0.5 s at 1410 MHz: compute-bound; ~0.2 s: memory-bound
-GEMM = KernelWork(flops=19.5e12 * 0.5, bytes_moved=1e8, peak="fp32", kernel_class="gemm", framework="jax")
+GEMM_S = 0.5
+GEMM = KernelWork(flops=19.5e12 * GEMM_S, bytes_moved=1e8, peak="fp32", kernel_class="gemm", framework="jax")
 STREAM = KernelWork(flops=1e9, bytes_moved=1555e9 * 0.2, peak="fp32", kernel_class="stencil", framework="jax")
 
 
@@ -43,15 +44,32 @@ def test_the_energy_counter_is_model_power_times_time_over_a_long_window(open_ma
     h = open_machine(energy_update_period_s=0.02)
     sim.nvmlDeviceSetPowerManagementLimit(h, 300_000)
     e0, t0 = sim.nvmlDeviceGetTotalEnergyConsumption(h), sim.simDeviceGetTimeS(h)
+    # The cap bites GEMM, not STREAM. Its controller acts after the filter (100 ms on GA100): a
+    # GEMM after an idle spell or a STREAM call (each longer than the filter) runs its first
+    # filter's length unthrottled, the rest of its work at the capped point.
+    filter_s = A100.sensors.power_cap_filter_s
+    free = model.operating_point(A100, GEMM)
+    capped = model.operating_point(A100, GEMM, power_limit_w=300.0)
+    stream = model.operating_point(A100, STREAM, power_limit_w=300.0)
+    assert capped.power_w < 300 < free.power_w and stream.power_w < 300
+    assert min(stream.duration_s, 0.25) > filter_s
+    lagged_mj = (free.power_w * filter_s + capped.power_w * (1 - filter_s / free.duration_s)
+                 * capped.duration_s) * 1e3
     expected_mj = 0.0
+    rested = True  # under the cap for at least the filter's length since the last GEMM
     for k in range(120):
-        work = GEMM if k % 3 else STREAM
-        op = model.operating_point(A100, work, power_limit_w=300.0)
-        expected_mj += op.power_w * op.duration_s * 1e3
-        sim.simDeviceRecordKernelCall(h, work)
+        if k % 3:
+            expected_mj += lagged_mj if rested else capped.energy_mj
+            rested = False
+            sim.simDeviceRecordKernelCall(h, GEMM)
+        else:
+            expected_mj += stream.energy_mj
+            rested = True
+            sim.simDeviceRecordKernelCall(h, STREAM)
         if k % 10 == 0:
             sim.simDeviceIdle(h, 0.25)
             expected_mj += A100.idle_power_w * 0.25 * 1e3
+            rested = True
     window_s = sim.simDeviceGetTimeS(h) - t0
     assert window_s > 50
     assert sim.nvmlDeviceGetTotalEnergyConsumption(h) - e0 == pytest.approx(expected_mj, rel=1e-3)
@@ -77,6 +95,7 @@ def test_a_power_cap_lowers_the_clock_nvml_reports_and_flags_sw_power_cap(open_m
     h = open_machine()
     sim.nvmlDeviceSetPowerManagementLimit(h, 250_000)
     expected = model.operating_point(A100, GEMM, power_limit_w=250.0)
+    assert GEMM_S > 2 * A100.sensors.power_cap_filter_s  # the call ends past the cap's filter
     result = sim.simDeviceRecordKernelCall(h, GEMM)
     assert result.sm_clock_mhz == expected.sm_clock_mhz < 1410
     assert result.power_mw <= 250_000
