@@ -12,10 +12,25 @@ Three ways to get joules, chosen per device (``measure.meter=auto`` picks the fi
   edges, with no quantisation left. Updates are counted (a window must span several, or it is
   flagged) and their times kept, so each row records the update period it observed. The counter
   is an unsigned 64-bit value; a reading below the previous one is a wrap-around and is unwrapped.
-- ``polling``: power sampled at ``poll_hz`` and integrated over time. Each sample stands for the
-  interval since the previous one (NVML's power reading is an average over the recent past, the
-  simulated GPU's is the power of the last kernel call), so energy is
-  ``sum(p_i * (t_i - t_{i-1}))``.
+- ``polling``: the device's *instantaneous* power reading sampled at ``poll_hz`` and integrated
+  over time. NVML's readings are not the power of the moment (``Device.capabilities()``'s
+  ``power_sensing``): the instant one updates every ``period_s`` (100 ms on A100 and H100, 20 ms
+  on V100) to the mean power over a short window before the update (~25 ms; 10 ms on V100), so
+  only about a quarter of an A100's or H100's runtime is sampled at all (Yang et al., SC'24).
+  The meter polls the instant field where the driver offers it (Hopper, Ampere and newer) and
+  ``nvmlDeviceGetPowerUsage`` only where that is itself instant (GA100 and older); where the
+  only reading is a one-second average (a Hopper-class GPU whose driver lacks the instant field)
+  it refuses to poll, since integrating it would smear every change of power over a second.
+  Energy is the integral of a step reconstruction: a new value seen at ``t_j`` (the previous
+  sample at ``t_{j-1}``) is taken to have begun at ``(t_{j-1} + t_j) / 2 - age_s``, where
+  ``age_s = (period_s + window_s) / 2`` is how far a reading lags the power it reports on
+  average; it holds until the next new value. Equal consecutive values are one step, however
+  many updates they span; where the values change often enough, their update phase is found
+  (``update_phase_s``) and the windows are placed on the update grid. The meter polls at
+  ``poll_hz`` or ``POLLS_PER_UPDATE`` times per update of the reading, whichever is faster (a
+  slower poll adds up to half its interval to where a change is placed). The error left is the
+  sampling's own: a change of power between two windows is placed to within half the gap
+  between them (~37 ms on A100 and H100), plus half a poll interval where the phase is unknown.
 - ``none``: a device with neither (a CPU whose RAPL counter cannot be read): the window measures
   time only, and the device's ``energy_note`` says why there are no joules.
 
@@ -28,16 +43,18 @@ for the meter.
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator.devices.base import ClockEventReason, Device
+from orchestrator.devices.base import ClockEventReason, Device, PowerSensing
 
 MeterMethod = Literal["counter", "polling", "none"]
 COUNTER_MODULUS_MJ = 2**64
 COUNTER_WATCH_S = 0.002  # how often the background thread reads the energy counter (hardware)
+POLLS_PER_UPDATE = 4  # polling samples the power reading at least this often per update of it
 
 
 @dataclass
@@ -63,6 +80,7 @@ class Measurement:
     samples: list[Sample] = field(default_factory=list)
     counter_updates: int | None = None  # times the energy counter changed during the window
     counter_period_s: float | None = None  # median interval between the updates observed
+    power_reading: str | None = None  # the reading the power figures come from (see _reading)
 
     @property
     def mean_sm_clock_mhz(self) -> float | None:
@@ -79,25 +97,113 @@ class Measurement:
         return ClockEventReason(bits)
 
 
+def _instant_reading(device: Device) -> str | None:
+    """The name of the device's instantaneous power reading; None if it has none."""
+    caps = device.capabilities()
+    if not caps.has_power_sensor:
+        return None
+    sensing = caps.power_sensing
+    return "usage" if sensing is None else sensing.reading
+
+
 def choose_method(device: Device, method: str) -> MeterMethod:
-    """The meter a device supports for ``measure.meter`` (``auto``: counter, else polling, else
-    none); a method the device lacks is a one-line UserError."""
+    """The meter a device supports for ``measure.meter`` (``auto``: counter, else polling of an
+    instantaneous power reading, else none); a method the device lacks is a one-line UserError."""
     from orchestrator.errors import UserError
 
     caps = device.capabilities()
     name = device.identity.name
+    instant = _instant_reading(device)
     if method == "auto":
         if caps.has_energy_counter:
             return "counter"
-        return "polling" if caps.has_power_sensor else "none"
+        return "polling" if instant is not None else "none"
     if method == "counter" and not caps.has_energy_counter:
         why = caps.energy_note or "pre-Volta"
         raise UserError(f"measure.meter=counter: {name} has no energy counter ({why}); use auto")
     if method == "polling" and not caps.has_power_sensor:
         raise UserError(f"measure.meter=polling: {name} has no power sensor; use auto")
+    if method == "polling" and instant is None:
+        why = caps.power_sensing.note if caps.power_sensing else "no instant power reading"
+        raise UserError(
+            f"measure.meter=polling: {why}; integrating a 1 s average smears every change of "
+            "power over a second: use measure.meter=counter (or auto)"
+        )
     if method not in ("counter", "polling"):
         raise UserError(f"measure.meter={method!r} is not one of: auto, counter, polling")
     return method  # type: ignore[return-value]
+
+
+def update_phase_s(changes: list[tuple[float, float]], period_s: float) -> float | None:
+    """Where a reading's updates sit on its period, from when new values were seen.
+
+    Each ``(a, b)`` says an update happened in ``(a, b]`` (the samples before and at a change).
+    Updates come every ``period_s``, so the phase ``phi`` (updates at ``phi + k * period_s``) lies
+    in every such interval, taken modulo the period: the middle of the stretch that most of them
+    cover (Yang et al.'s re-alignment in time). None: fewer than three intervals shorter than the
+    period, or no stretch in 80% of them (the period is not what the device says).
+    """
+    arcs = [(a, b) for a, b in changes if 0 < b - a < period_s]
+    if len(arcs) < 3:
+        return None
+    events: list[tuple[float, int]] = []
+    for a, b in arcs:
+        lo = a % period_s
+        hi = lo + (b - a)
+        if hi <= period_s:
+            events += [(lo, 1), (hi, -1)]
+        else:  # wraps around the period
+            events += [(lo, 1), (period_s, -1), (0.0, 1), (hi - period_s, -1)]
+    events.sort()  # at one instant an interval ends (-1) before the next begins ((a, b] is open)
+    count = best = 0
+    best_at = 0.0
+    for k, (x, delta) in enumerate(events):
+        count += delta
+        if count > best and k + 1 < len(events):
+            best, best_at = count, (x + events[k + 1][0]) / 2
+    return best_at if best >= 0.8 * len(arcs) else None
+
+
+def integrate_readings_j(
+    samples: list[Sample], t0_s: float, t1_s: float, sensing: PowerSensing | None
+) -> float:
+    """Energy in J over ``[t0_s, t1_s]`` from polled power readings (see the module docstring).
+
+    A step reconstruction: the first sample's value holds from the start, and each new value
+    begins halfway between the end of the previous value's window and the start of its own, then
+    holds until the next new value. With the reading's update phase known (``update_phase_s``),
+    the windows are placed on the update grid; otherwise each update is taken to be halfway
+    between the two samples that saw the change, and a window to lag it by ``age_s``.
+    """
+    readings = [s for s in samples if s.power_mw is not None]
+    pairs = list(zip(readings, readings[1:]))
+    changes = [(a.t_s, b.t_s) for a, b in pairs if a.power_mw != b.power_mw]
+    period = sensing.period_s if sensing is not None else 0.0
+    window = sensing.window_s if sensing is not None else 0.0
+    age = sensing.age_s if sensing is not None else 0.0
+    phase = update_phase_s(changes, period) if period > 0 else None
+
+    def begins(a_s: float, b_s: float) -> float:
+        if phase is not None:
+            u_new = phase + math.floor((b_s - phase) / period) * period
+            u_old = phase + math.floor((a_s - phase) / period) * period
+            if u_old < u_new:
+                return (u_old + u_new - window) / 2
+        return (a_s + b_s) / 2 - age
+
+    steps: list[tuple[float, float]] = []  # (begins at, W)
+    if readings:
+        steps.append((float("-inf"), readings[0].power_mw / 1000.0))  # type: ignore[operator]
+    for a, b in pairs:
+        if b.power_mw != a.power_mw:
+            steps.append((max(begins(a.t_s, b.t_s), steps[-1][0]), b.power_mw / 1000.0))  # type: ignore[operator]
+    energy = 0.0
+    for k, (start, watts) in enumerate(steps):
+        end = steps[k + 1][0] if k + 1 < len(steps) else float("inf")
+        overlap = min(end, t1_s) - max(start, t0_s)
+        if overlap > 0:
+            energy += watts * overlap
+    return energy
 
 
 class EnergyMeter:
@@ -111,8 +217,14 @@ class EnergyMeter:
     def __init__(self, device: Device, *, method: str = "auto", poll_hz: float = 20.0) -> None:
         self.device = device
         self.method: MeterMethod = choose_method(device, method)
-        self.period_s = 1.0 / poll_hz
-        self._has_power = device.capabilities().has_power_sensor
+        caps = device.capabilities()
+        self._has_power = caps.has_power_sensor
+        self._sensing: PowerSensing | None = caps.power_sensing
+        self._instant = _instant_reading(device) is not None
+        self.period_s = 1.0 / poll_hz  # how often power is sampled
+        sensing = self._sensing
+        if self.method == "polling" and sensing is not None and sensing.period_s > 0:
+            self.period_s = min(self.period_s, sensing.period_s / POLLS_PER_UPDATE)
         self._samples: list[Sample] = []
         self._lock = threading.Lock()
         self._next_t = 0.0
@@ -133,13 +245,27 @@ class EnergyMeter:
         t_s = None if time_last else d.now_s()
         sample = Sample(
             t_s=0.0,
-            power_mw=d.power_mw() if self._has_power else None,
+            power_mw=self._power_mw(),
             energy_mj=d.energy_mj() if self.method == "counter" else None,
             sm_clock_mhz=d.sm_clock_mhz(),
             reasons=int(d.clock_event_reasons()),
         )
         sample.t_s = d.now_s() if t_s is None else t_s
         return sample
+
+    def _power_mw(self) -> int | None:
+        if not self._has_power:
+            return None
+        return self.device.instant_power_mw() if self._instant else self.device.power_mw()
+
+    def _reading(self) -> str | None:
+        """Which reading the samples' power is: ``instant``, ``usage``, ``usage (1 s average)``
+        (a counter meter on a GPU without an instant reading: its peak power is smeared)."""
+        if not self._has_power:
+            return None
+        if not self._instant:
+            return "usage (1 s average)"
+        return "usage" if self._sensing is None else self._sensing.reading
 
     # --- watching the counter ----------------------------------------------------------------
     def arm(self) -> None:
@@ -245,9 +371,7 @@ class EnergyMeter:
             gaps = [b - a for a, b in zip(self._edges_s, self._edges_s[1:])]
             period = statistics.median(gaps) if gaps else None
         elif self.method == "polling":
-            energy_j = sum(
-                (b.power_mw or 0) / 1000.0 * (b.t_s - a.t_s) for a, b in zip(samples, samples[1:])
-            )
+            energy_j = integrate_readings_j(samples, t0, t1, self._sensing)
         else:
             energy_j = None
         return Measurement(
@@ -259,4 +383,5 @@ class EnergyMeter:
             samples=samples,
             counter_updates=updates,
             counter_period_s=period,
+            power_reading=self._reading(),
         )

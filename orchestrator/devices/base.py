@@ -64,6 +64,31 @@ class DeviceIdentity:
     backend: Backend  # "nvml" (real driver), "sim" (simulated NVML) or "cpu" (the host CPU)
 
 
+PowerReading = Literal["usage", "instant", "average"]  # keys of Device.power_readings_mw()
+
+
+@dataclass(frozen=True)
+class PowerSensing:
+    """Which of a GPU's power readings is instantaneous, and how that reading is made.
+
+    A reading updates every ``period_s`` to the mean power over the ``window_s`` before the
+    update (Yang et al., SC'24: 100 ms / ~25 ms on GA100 and for Hopper's instant field, 20 ms /
+    10 ms on Volta and Pascal). A meter that polls it places each new value ``age_s`` before the
+    moment it saw it change (see ``orchestrator/meter.py``).
+    """
+
+    reading: PowerReading | None  # the instant reading a meter polls; None: only a ~1 s average
+    period_s: float  # that reading updates this often (0: continuously)
+    window_s: float  # ... to the mean power over this long before each update
+    note: str  # one line: what each reading is on this GPU, for rows and `dvfs devices`
+
+    @property
+    def age_s(self) -> float:
+        """How long before a reading's update its window is centred, plus half a period: the
+        mean lag of the reading behind the power it reports."""
+        return (self.period_s + self.window_s) / 2
+
+
 @dataclass(frozen=True)
 class DeviceCapabilities:
     """What may be set on a GPU, as its driver reports it."""
@@ -77,6 +102,7 @@ class DeviceCapabilities:
     has_energy_counter: bool  # Volta and newer: cumulative mJ since driver load
     has_power_sensor: bool = True  # power_mw() reads the board's power (a CPU has none)
     energy_note: str | None = None  # why there is no counter and no power sensor, for the row
+    power_sensing: PowerSensing | None = None  # None: power_mw() is instantaneous, lag 0
 
     @property
     def max_mem_clock_mhz(self) -> int:
@@ -224,6 +250,14 @@ class Device(abc.ABC):
         ``power_mw``; the NVML backend reads the other two from NVML's field values.
         """
         return {"usage": self.power_mw(), "instant": None, "average": None}
+
+    def instant_power_mw(self) -> int:
+        """The instantaneous reading (``capabilities().power_sensing.reading``), in mW.
+
+        This default is ``power_mw``. Raises DeviceNotSupportedError where the GPU offers only
+        an average (the NVML backend on Hopper with a driver without the instant field).
+        """
+        return self.power_mw()
 
     def telemetry(self) -> Telemetry:
         """Read every sensor once."""

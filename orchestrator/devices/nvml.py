@@ -20,12 +20,30 @@ with ``nvmlEventSetWait_v2(set, 0)``); the volatile uncorrected ECC count
 temperature against ``nvmlDeviceGetTemperatureThreshold(NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)``.
 A query the GPU does not support (no ECC, no events) turns that check off, never the device.
 
-Power (``NvmlDevice.power_readings_mw``, in mW) comes three ways: ``nvmlDeviceGetPowerUsage``
-(on Ampere and newer, NVML documents it as a one-second average; before, the instant value), and
-the field values ``NVML_FI_DEV_POWER_INSTANT`` (the sensor's current value, every architecture)
-and ``NVML_FI_DEV_POWER_AVERAGE`` (one-second average, Ampere and newer except GA100), read in one
-``nvmlDeviceGetFieldValues`` call at GPU scope. Each field carries its own return code: a field
-the GPU or driver does not offer reads as None, never as an error of the whole call.
+Power, as NVML reports it on each generation (Yang et al., SC'24, "Part-time Power
+Measurements", arXiv 2312.02741; NVML's docs of ``nvmlDeviceGetPowerUsage``):
+
+- ``nvmlDeviceGetPowerUsage``: on GA100 (A100, A30, A800: PCI device ids 0x20xx-0x21xx) and
+  older architectures the instantaneous sensor: every 100 ms from a ~25 ms window on GA100, 100 ms
+  from 100 ms on Turing, 20 ms from 10 ms on Volta and Pascal. On every other Ampere, on Ada,
+  Hopper and newer NVML documents it as a one-second average (~900 ms rise after a step).
+- ``NVML_FI_DEV_POWER_INSTANT`` (``nvmlDeviceGetFieldValues``, GPU scope): the instantaneous
+  sensor, every 100 ms from a ~21-25 ms window on Hopper; ``NVML_FI_DEV_POWER_AVERAGE``: the
+  one-second average (not on GA100). Drivers from about R530 offer both (``nvidia-smi``'s
+  ``power.draw.instant``/``power.draw.average``). An older driver answers each with a code
+  other than success in the field's own ``nvmlReturn`` (NOT_SUPPORTED, or INVALID_ARGUMENT for
+  an id it does not know), and a driver older than the call itself (CUDA 9 era) makes pynvml
+  raise ``NVMLError_FunctionNotFound``: either way the reading is None, never an error.
+
+``NvmlDevice.power_readings_mw`` returns all three in mW (one ``nvmlDeviceGetPowerUsage`` and one
+``nvmlDeviceGetFieldValues`` call). ``capabilities().power_sensing`` (probed once, when
+capabilities are first read) names the instant one a meter may poll: the instant field where
+the driver offers it and ``nvmlDeviceGetPowerUsage`` is an average, ``nvmlDeviceGetPowerUsage``
+where it is itself instant, and none on a Hopper-class GPU whose driver lacks the instant field
+(a meter then refuses to poll: integrating a one-second average smears every change of power
+over a second). The update period and window it states are the published figures above; NVML
+has no call that reports them. ``instant_power_mw`` reads that one reading (one NVML call).
+The adapter runs unchanged over nvidia-ml-py's ``pynvml`` and the simulated NVML.
 """
 
 from __future__ import annotations
@@ -44,6 +62,7 @@ from orchestrator.devices.base import (
     DeviceIdentity,
     DeviceSettings,
     Health,
+    PowerSensing,
 )
 from orchestrator.errors import (
     DeviceError,
@@ -187,7 +206,9 @@ class NvmlDevice(Device):
             index = int(nvml.nvmlDeviceGetIndex(handle))
             uuid = _text(nvml.nvmlDeviceGetUUID(handle))
             name = _text(nvml.nvmlDeviceGetName(handle))
-            pci = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+            pci_info = nvml.nvmlDeviceGetPciInfo(handle)
+            pci = _text(pci_info.busId)
+            self._pci_device_id = int(getattr(pci_info, "pciDeviceId", 0) or 0)
             try:
                 arch = _ARCHITECTURES.get(int(nvml.nvmlDeviceGetArchitecture(handle)), "unknown")
             except nvml.NVMLError_NotSupported:
@@ -236,6 +257,12 @@ class NvmlDevice(Device):
             except DeviceNotSupportedError:
                 has_energy = False
             del nvml
+            sensing = power_sensing(
+                self.identity.architecture,
+                self._pci_device_id,
+                self.identity.name,
+                instant_field=self._read_power_fields(("instant",))["instant"] is not None,
+            )
             self._caps = DeviceCapabilities(
                 mem_clocks_mhz=mem,
                 sm_clocks_mhz=sm,
@@ -244,6 +271,8 @@ class NvmlDevice(Device):
                 power_limit_default_w=default_mw / 1000.0,
                 clock_offset_range_mhz=offset_range,
                 has_energy_counter=has_energy,
+                energy_note=None if has_energy or sensing.reading else sensing.note,
+                power_sensing=sensing,
             )
         return self._caps
 
@@ -438,19 +467,41 @@ class NvmlDevice(Device):
         ``NVML_FI_DEV_POWER_INSTANT`` and ``NVML_FI_DEV_POWER_AVERAGE`` at GPU scope, read in one
         ``nvmlDeviceGetFieldValues`` call. A reading the GPU or its driver does not offer is None
         (a per-field return code other than success, a driver without field values, a power
-        usage query the board does not support).
+        usage query the board does not support). What each one is: see the module docstring.
 
         Raises:
             DeviceLostError: the GPU has fallen off the bus (in the call or in a field's code).
             DeviceError: NVML failed otherwise.
         """
-        nvml = self._nvml
         try:
             usage: int | None = self.power_mw()
         except DeviceNotSupportedError:
             usage = None
-        readings: dict[str, int | None] = {"usage": usage, "instant": None, "average": None}
-        fields = [(key, getattr(nvml, name, None)) for key, name in _POWER_FIELDS]
+        return {"usage": usage, **self._read_power_fields(("instant", "average"))}
+
+    def instant_power_mw(self) -> int:
+        """The instant reading ``capabilities().power_sensing`` names, in mW (one NVML call).
+
+        Raises:
+            DeviceNotSupportedError: the GPU offers only a one-second average.
+        """
+        sensing = self.capabilities().power_sensing
+        reading = None if sensing is None else sensing.reading
+        if reading == "usage":
+            return self.power_mw()
+        if reading is not None:
+            value = self._read_power_fields((reading,))[reading]
+            if value is not None:
+                return value
+        why = sensing.note if sensing is not None else "no instant power reading"
+        gpu = f"GPU {self.identity.index} ({self.identity.uuid})"
+        raise DeviceNotSupportedError(f"no instant power reading on {gpu}: {why}")
+
+    def _read_power_fields(self, keys: tuple[str, ...]) -> dict[str, int | None]:
+        """The power field values ``keys`` (of ``_POWER_FIELDS``) in one call; None: not offered."""
+        nvml = self._nvml
+        readings: dict[str, int | None] = dict.fromkeys(keys)
+        fields = [(key, getattr(nvml, name, None)) for key, name in _POWER_FIELDS if key in keys]
         fields = [(key, field_id) for key, field_id in fields if field_id is not None]
         if not fields or not hasattr(nvml, "nvmlDeviceGetFieldValues"):
             return readings
@@ -497,6 +548,57 @@ class NvmlDevice(Device):
         for reason in ClockEventReason:
             known |= reason.value
         return ClockEventReason(bits & known)
+
+
+# Architectures whose nvmlDeviceGetPowerUsage NVML documents as a one-second average (all but GA100
+# of Ampere, and everything newer); GA100 is told apart by its PCI device id.
+_AVERAGED_USAGE = frozenset({"ampere", "ada", "hopper", "blackwell"})
+_GA100_DEVICE_IDS = range(0x2000, 0x2200)  # A100, A30, A800 (GA102 starts at 0x2200)
+# (update period s, window s) of the instant sensor, from Yang et al. SC'24.
+_INSTANT_SENSOR = {"ga100": (0.1, 0.025), "averaged": (0.1, 0.025), "turing": (0.1, 0.1)}
+_OLD_SENSOR = (0.02, 0.01)  # Volta and Pascal (assumed for older and unknown architectures)
+
+
+def is_ga100(pci_device_id: int, name: str = "") -> bool:
+    """Whether a GPU is a GA100 (``nvmlPciInfo_t.pciDeviceId`` is ``device << 16 | 0x10DE``)."""
+    if pci_device_id:
+        return (pci_device_id >> 16) in _GA100_DEVICE_IDS
+    return any(tag in name for tag in ("A100", "A30", "A800"))
+
+
+def power_sensing(
+    architecture: str, pci_device_id: int, name: str, *, instant_field: bool
+) -> PowerSensing:
+    """What a GPU's power readings are (see the module docstring) and which one is instant.
+
+    Args:
+        architecture: ``DeviceIdentity.architecture``.
+        pci_device_id: ``nvmlPciInfo_t.pciDeviceId`` (0: unknown; the name decides GA100).
+        name: the GPU's name, for the note.
+        instant_field: ``NVML_FI_DEV_POWER_INSTANT`` answered with success.
+    """
+    ga100 = architecture == "ampere" and is_ga100(pci_device_id, name)
+    if architecture in _AVERAGED_USAGE and not ga100:
+        period, window = _INSTANT_SENSOR["averaged"]
+        if instant_field:
+            return PowerSensing(
+                "instant", period, window,
+                f"{name}: NVML_FI_DEV_POWER_INSTANT is polled (updates every {period * 1e3:g} ms "
+                f"from a ~{window * 1e3:g} ms window); nvmlDeviceGetPowerUsage is a 1 s average",
+            )
+        return PowerSensing(
+            None, period, 1.0,
+            f"{name} ({architecture}): nvmlDeviceGetPowerUsage is a 1 s average and the driver "
+            "offers no NVML_FI_DEV_POWER_INSTANT (about R530 and newer do): no instant power "
+            "reading to integrate",
+        )
+    kind = "ga100" if ga100 else architecture
+    period, window = _INSTANT_SENSOR.get(kind, _OLD_SENSOR)
+    return PowerSensing(
+        "usage", period, window,
+        f"{name}: nvmlDeviceGetPowerUsage is instantaneous (updates every {period * 1e3:g} ms "
+        f"from a ~{window * 1e3:g} ms window)",
+    )
 
 
 # (reading key, pynvml constant) of the power field values NvmlDevice.power_readings_mw reads.
