@@ -12,8 +12,12 @@ Sections (each with its own time budget; a failing one is recorded and the other
   update period, resolved to one poll) and the mean power the counter implies (W).
 - ``power``: samples ``power_readings_mw`` (``usage`` = ``nvmlDeviceGetPowerUsage``, ``instant``
   and ``average`` = the NVML field values ``NVML_FI_DEV_POWER_INSTANT`` / ``_AVERAGE``) at
-  ``--power-hz`` for ``--power-s``, idle and under the kernel: mean/min/max W of each and how often
-  it changed (its update period, resolved to one sample interval).
+  ``--power-hz`` for ``--power-s``, idle, under the kernel, and right after the kernel stops
+  (``after_load``): mean/min/max W of each, how often it changed (its update period, resolved to
+  one sample interval) and, after the load, how long it took to settle within 10% of its idle
+  value: the semantics observed (an instant reading settles within ~0.1-0.2 s, a one-second
+  average in about a second; Hopper's ``nvmlDeviceGetPowerUsage`` is the latter). The identity
+  section says which reading the adapter takes for instant (``power_sensing``).
 - ``sweep``: every workload at the ``gpu`` preset in JAX and TensorFlow through
   ``dvfs sweep device=nvml device.observe_only=true`` (one-second windows, one repeat), read back
   from its store: status, time per iteration, TFLOP/s or GB/s, energy per iteration, mean power,
@@ -265,13 +269,16 @@ def measure_counter_period(device: Device, phase: Phase, duration_s: float, poll
     }
 
 
-def sample_power(device: Device, phase: Phase, duration_s: float, rate_hz: float) -> dict:
+def sample_power(
+    device: Device, phase: Phase, duration_s: float, rate_hz: float, *, after_step: bool = False
+) -> dict:
     """Sample every power reading at ``rate_hz`` for ``duration_s``; how each moves.
 
     Returns:
         Per reading (``usage``, ``instant``, ``average``): ``supported``, ``samples``, mean/min/max
         W, ``changes`` and ``update_interval_s`` (stats of the time between changes, resolved to
-        one sample interval).
+        one sample interval); with ``after_step`` (the power has just stepped, at the start),
+        ``settle_s`` and ``semantics`` too (see ``settle_s``).
     """
     interval_s = 1.0 / rate_hz
     samples: dict[str, list[tuple[float, int]]] = {}
@@ -291,21 +298,53 @@ def sample_power(device: Device, phase: Phase, duration_s: float, rate_hz: float
     return {
         "phase": phase.name, "detail": phase.detail, "duration_s": now_s - start_s,
         "rate_hz": rate_hz, "samples": count, "sample_interval_s": (now_s - start_s) / count,
-        "readings": {key: _describe_series(series) for key, series in samples.items()},
+        "readings": {
+            key: _describe_series(series, start_s if after_step else None)
+            for key, series in samples.items()
+        },
     }
 
 
-def _describe_series(series: list[tuple[float, int]]) -> dict:
-    """What one power reading did over a sampling run (values in mW in, W out)."""
+INSTANT_SETTLE_S = 0.3  # a reading that settles after a step faster than this is instantaneous
+
+
+def settle_s(series: list[tuple[float, int]], start_s: float) -> float | None:
+    """How long after ``start_s`` a reading came to stay within 10% of the step it made (from
+    its first to its last value); None when it did not move by 5% of its first value."""
+    if len(series) < 2:
+        return None
+    first, last = series[0][1], series[-1][1]
+    if abs(first - last) < 0.05 * max(abs(first), 1):
+        return None
+    band = 0.1 * abs(first - last)
+    settled_at = series[-1][0]
+    for t_s, value in reversed(series):
+        if abs(value - last) > band:
+            break
+        settled_at = t_s
+    return settled_at - start_s
+
+
+def _describe_series(series: list[tuple[float, int]], step_at_s: float | None = None) -> dict:
+    """What one power reading did over a sampling run (values in mW in, W out); after a step
+    at ``step_at_s``, also how long it took to settle and what that says it is."""
     if not series:
         return {"supported": False}
     watts = [v / 1000.0 for _, v in series]
     change_s = [t for (t, v), (_, prev) in zip(series[1:], series) if v != prev]
-    return {
+    described = {
         "supported": True, "samples": len(series), "mean_w": statistics.fmean(watts),
         "min_w": min(watts), "max_w": max(watts), "changes": len(change_s),
         "update_interval_s": interval_stats([b - a for a, b in zip(change_s, change_s[1:])]),
     }
+    if step_at_s is not None:
+        settled = settle_s(series, step_at_s)
+        described["settle_s"] = settled
+        described["semantics"] = (
+            None if settled is None
+            else "instant" if settled <= INSTANT_SETTLE_S else f"average (~{settled:.1f} s)"
+        )
+    return described
 
 
 def read_identity(device: Device) -> dict:
@@ -324,6 +363,11 @@ def read_identity(device: Device) -> dict:
         "power_limit_w": settings.power_limit_w,
         "clock_offset_range_mhz": caps.clock_offset_range_mhz,
         "has_energy_counter": caps.has_energy_counter,
+        "power_sensing": None if caps.power_sensing is None else {
+            "instant_reading": caps.power_sensing.reading,
+            "period_s": caps.power_sensing.period_s, "window_s": caps.power_sensing.window_s,
+            "note": caps.power_sensing.note,
+        },
         "temperature_c": device.temperature_c(), "sm_clock_mhz": device.sm_clock_mhz(),
         "mem_clock_mhz": device.mem_clock_mhz(),
         "clock_event_reasons": device.clock_event_reasons().names(),
@@ -363,6 +407,15 @@ def telemetry_sections(
     except Exception as e:  # noqa: BLE001 - no load: the idle figures stand
         for result in results.values():
             result["problems"].append(f"load: {describe(e)}")
+        return results
+    if "power" in results:  # the load has just stopped: how fast each reading follows the step
+        after = Phase("after_load", device.idle, "the load just ended: power falls to idle")
+        try:
+            results["power"]["phases"][after.name] = sample_power(
+                device, after, cfg.power_s, cfg.power_hz, after_step=True
+            )
+        except Exception as e:  # noqa: BLE001 - the other phases stand
+            results["power"]["problems"].append(f"{after.name}: {describe(e)}")
     return results
 
 
@@ -713,15 +766,21 @@ def render_power(data: dict) -> list[str]:
     for name, p in data["phases"].items():
         for key, r in p["readings"].items():
             if not r["supported"]:
-                rows.append([name, key, "not supported", "-", "-", "-", "-", "-"])
+                rows.append([name, key, "not supported", "-", "-", "-", "-", "-", "-"])
                 continue
             period = _ms(r["update_interval_s"], "median_s") if r["changes"] else "never changed"
+            settle = "-"
+            if "settle_s" in r:
+                settle = "no step" if r["settle_s"] is None else (
+                    f"{_fmt(r['settle_s'], 1000.0)} ({r['semantics']})"
+                )
             rows.append([
-                name, key, r["samples"], r["mean_w"], r["min_w"], r["max_w"], r["changes"], period
+                name, key, r["samples"], r["mean_w"], r["min_w"], r["max_w"], r["changes"], period,
+                settle,
             ])
     lines = _table(
         ["phase", "reading", "samples", "mean W", "min W", "max W", "changes",
-         "median update interval ms"], rows,
+         "median update interval ms", "settle ms after the load"], rows,
     )
     rates = ", ".join(
         f"{name}: {_fmt(p['sample_interval_s'], 1000.0)} ms" for name, p in data["phases"].items()

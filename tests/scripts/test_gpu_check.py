@@ -132,16 +132,39 @@ def test_the_counter_period_measured_on_the_sims_clock_is_the_configured_one(sim
 
 
 def test_power_sampling_sees_the_load_and_says_which_readings_exist(sim_device):
-    device = sim_device()
+    device = sim_device()  # an A100: usage and instant are one sensor, no average field
     idle = gc.sample_power(device, gc.idle_phase(device), 0.2, 100.0)
     with gc.simulated_load(device, "gemm") as phase:
+        phase.wait(0.2)  # past the sensor's next update
         busy = gc.sample_power(device, phase, 0.2, 100.0)
     assert set(idle["readings"]) == {"usage", "instant", "average"}
     assert idle["samples"] == pytest.approx(20, abs=1)
     assert idle["sample_interval_s"] == pytest.approx(0.01, rel=0.05)
-    for key in ("usage", "instant", "average"):
+    assert idle["readings"]["average"] == {"supported": False}  # NOT_SUPPORTED on GA100
+    for key in ("usage", "instant"):
         assert busy["readings"][key]["mean_w"] > 3 * idle["readings"][key]["mean_w"]
         assert idle["readings"][key]["changes"] == 0  # the sim's idle power is flat
+
+
+@pytest.mark.parametrize(
+    ("profile", "semantics"),
+    [
+        ("a100_sxm4_40gb", {"usage": "instant", "instant": "instant"}),
+        ("h100_sxm5_80gb", {"usage": "average", "instant": "instant", "average": "average"}),
+    ],
+)
+def test_after_the_load_it_tells_an_instant_reading_from_a_one_second_average(
+    sim_device, tmp_path, profile, semantics
+):
+    device = sim_device(profile=profile)
+    parts = gc.telemetry_sections(
+        device, lambda: gc.simulated_load(device, "gemm"), short_config(tmp_path, power_s=2.0)
+    )
+    after = parts["power"]["phases"]["after_load"]["readings"]
+    assert {k: r["semantics"].split(" ")[0] for k, r in after.items() if r["supported"]} == semantics
+    for key, kind in semantics.items():
+        settle = after[key]["settle_s"]
+        assert settle <= 0.2 if kind == "instant" else 0.8 <= settle <= 1.1, (key, settle)
 
 
 def test_the_device_the_script_checks_refuses_every_setter(sim_device):
@@ -172,7 +195,7 @@ def test_a_gpu_without_an_energy_counter_fails_that_section_and_the_others_still
     assert "idle: DeviceNotSupportedError" in results["energy_counter"]["error"]
     assert "load: DeviceNotSupportedError" in results["energy_counter"]["error"]
     assert results["power"]["status"] == "ok"
-    assert set(results["power"]["data"]["phases"]) == {"idle", "load"}
+    assert set(results["power"]["data"]["phases"]) == {"idle", "load", "after_load"}
 
 
 def test_a_load_that_cannot_start_leaves_the_idle_figures_standing(sim_device, tmp_path):
