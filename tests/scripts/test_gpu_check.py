@@ -161,7 +161,8 @@ def test_after_the_load_it_tells_an_instant_reading_from_a_one_second_average(
         device, lambda: gc.simulated_load(device, "gemm"), short_config(tmp_path, power_s=2.0)
     )
     after = parts["power"]["phases"]["after_load"]["readings"]
-    assert {k: r["semantics"].split(" ")[0] for k, r in after.items() if r["supported"]} == semantics
+    seen = {k: r["semantics"].split(" ")[0] for k, r in after.items() if r["supported"]}
+    assert seen == semantics
     for key, kind in semantics.items():
         settle = after[key]["settle_s"]
         assert settle <= 0.2 if kind == "instant" else 0.8 <= settle <= 1.1, (key, settle)
