@@ -19,6 +19,7 @@ first kernel is built. This package knows nothing of devices, Ray or configurati
 
 from kernels.cache import KernelCache
 from kernels.build import BuiltKernel
+from kernels.cost import CompiledWork, compiled_work
 from kernels.checks import CheckResult, Verdict, check_outputs, output_digest, tolerance_for
 from kernels.fingerprint import fingerprint_hex, numpy_fingerprint
 from kernels.registry import (
@@ -35,6 +36,7 @@ __all__ = [
     "WORKLOADS",
     "BuiltKernel",
     "CheckResult",
+    "CompiledWork",
     "KernelCache",
     "KernelOptionError",
     "KernelSpec",
@@ -43,6 +45,7 @@ __all__ = [
     "WorkCounts",
     "build_kernel",
     "check_outputs",
+    "compiled_work",
     "fingerprint_hex",
     "get_spec",
     "list_workloads",

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from kernels import _frameworks as fw
+from kernels.cost import CompiledWork, compiled_work
 from kernels.fingerprint import jax_fingerprint, tf_fingerprint
 from kernels.spec import ITEMSIZE, KernelOptionError, KernelSpec, WorkCounts
 
@@ -288,6 +289,29 @@ class BuiltKernel:
             inputs = [a.astype(np.float64) for a in self._rounded_inputs()]
             self._reference = np.asarray(self.spec.reference_fn(self.size, *inputs), np.float64)
         return self._reference
+
+    def compiled_work(self, preset: str | None = None) -> CompiledWork:
+        """The work one call does as the framework compiled it (:mod:`kernels.cost`).
+
+        Traced and compiled with abstract shapes, so ``preset`` may be larger than the one this
+        kernel runs at (the simulated GPU charges the ``gpu`` preset's work); computed once per
+        process for these options, never during a call.
+
+        Args:
+            preset: the size preset to analyse; None for the one this kernel runs at.
+
+        Returns:
+            FLOPs, bytes and launches of one call, and where they come from.
+        """
+        return compiled_work(
+            self.spec,
+            self.framework,
+            self.preset if preset is None else preset,
+            self.dtype,
+            self.precision,
+            self.xla,
+            self.variant,
+        )
 
     def describe(self) -> dict[str, Any]:
         """Identity of the kernel as plain values, for a results row."""

@@ -49,6 +49,13 @@ def count_work(size: Conv3dSize, itemsize: int) -> WorkCounts:
     return WorkCounts(flops=flops, bytes_moved=float(elements) * itemsize)
 
 
+def input_shapes(size: Conv3dSize) -> tuple[tuple[int, ...], ...]:
+    """The shapes of x, w and b, without making them."""
+    k = size.kernel
+    x = (size.batch, size.depth, size.height, size.width, size.c_in)
+    return x, (k, k, k, size.c_in, size.c_out), (size.c_out,)
+
+
 def make_inputs(size: Conv3dSize, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
     """x standard normal; w scaled by 1/sqrt(fan-in) so outputs stay of order one; b small."""
     k = size.kernel
@@ -113,4 +120,5 @@ SPEC = KernelSpec(
     reference_fn=reference,
     jax_fn=jax_function,
     tf_fn=tf_function,
+    shapes_fn=input_shapes,
 )

@@ -40,6 +40,11 @@ def count_work(size: GemmSize, itemsize: int) -> WorkCounts:
     return WorkCounts(flops=2.0 * m * n * k, bytes_moved=float(m * k + k * n + m * n) * itemsize)
 
 
+def input_shapes(size: GemmSize) -> tuple[tuple[int, ...], ...]:
+    """The shapes of A and B, without making them."""
+    return (size.m, size.k), (size.k, size.n)
+
+
 def make_inputs(size: GemmSize, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """A and B, standard normal in float64."""
     return rng.standard_normal((size.m, size.k)), rng.standard_normal((size.k, size.n))
@@ -83,4 +88,5 @@ SPEC = KernelSpec(
     reference_fn=reference,
     jax_fn=jax_function,
     tf_fn=tf_function,
+    shapes_fn=input_shapes,
 )

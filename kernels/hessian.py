@@ -47,6 +47,11 @@ def count_work(size: HessianSize, itemsize: int) -> WorkCounts:
     return WorkCounts(flops=float(FLOPS_PER_ELEMENT * n), bytes_moved=2.0 * n * itemsize)
 
 
+def input_shapes(size: HessianSize) -> tuple[tuple[int, ...]]:
+    """The shape of the one input, without making it."""
+    return (tuple(size.shape),)
+
+
 def make_inputs(size: HessianSize, rng: np.random.Generator) -> tuple[np.ndarray]:
     """Points uniform in [-3, 3], where ``f''`` has its structure."""
     return (rng.uniform(-3.0, 3.0, size.shape),)
@@ -101,4 +106,5 @@ SPEC = KernelSpec(
     reference_fn=reference,
     jax_fn=jax_function,
     tf_fn=tf_function,
+    shapes_fn=input_shapes,
 )

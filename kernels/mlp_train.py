@@ -73,6 +73,14 @@ def count_work(size: MlpSize, itemsize: int) -> WorkCounts:
     return WorkCounts(flops=float(flops), bytes_moved=float(elements) * itemsize)
 
 
+def input_shapes(size: MlpSize) -> tuple[tuple[int, ...], ...]:
+    """The shapes of x, y, ``W_1, b_1, ...``, without making them."""
+    shapes: list[tuple[int, ...]] = [(size.batch, size.widths[0]), (size.batch, size.widths[-1])]
+    for d_in, d_out in _layers(size):
+        shapes += [(d_in, d_out), (d_out,)]
+    return tuple(shapes)
+
+
 def make_inputs(size: MlpSize, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
     """x, y standard normal, then ``W_1, b_1, ...`` (weights scaled by 1/sqrt(d_in))."""
     b = size.batch
@@ -164,4 +172,5 @@ SPEC = KernelSpec(
     reference_fn=reference,
     jax_fn=jax_function,
     tf_fn=tf_function,
+    shapes_fn=input_shapes,
 )

@@ -42,6 +42,11 @@ def count_work(size: SeluSize, itemsize: int) -> WorkCounts:
     return WorkCounts(flops=float(FLOPS_PER_ELEMENT * n), bytes_moved=2.0 * n * itemsize)
 
 
+def input_shapes(size: SeluSize) -> tuple[tuple[int, ...]]:
+    """The shape of the one input, without making it."""
+    return (tuple(size.shape),)
+
+
 def make_inputs(size: SeluSize, rng: np.random.Generator) -> tuple[np.ndarray]:
     """Normal inputs of standard deviation 2: both branches and the exp's tail are exercised."""
     return (2.0 * rng.standard_normal(size.shape),)
@@ -77,4 +82,5 @@ SPEC = KernelSpec(
     reference_fn=reference,
     jax_fn=jax_function,
     tf_fn=tf_function,
+    shapes_fn=input_shapes,
 )

@@ -77,6 +77,9 @@ class KernelSpec:
         reference_fn: ``reference_fn(size, *inputs) -> np.ndarray`` in float64.
         jax_fn: ``jax_fn(size) -> f(*arrays) -> array``, traced under ``jax.jit``.
         tf_fn: ``tf_fn(size) -> f(*tensors) -> tensor``, wrapped in ``tf.function``.
+        shapes_fn: ``shapes_fn(size) -> tuple of shapes``, those of ``inputs_fn``'s arrays,
+            computed without making them (the compiled-work analysis traces at a GPU size
+            with abstract shapes: :mod:`kernels.cost`).
     """
 
     name: str
@@ -91,6 +94,7 @@ class KernelSpec:
     reference_fn: Callable[..., Any] = dataclasses.field(repr=False)
     jax_fn: Callable[[Any], Callable[..., Any]] = dataclasses.field(repr=False)
     tf_fn: Callable[[Any], Callable[..., Any]] = dataclasses.field(repr=False)
+    shapes_fn: Callable[[Any], tuple[tuple[int, ...], ...]] = dataclasses.field(repr=False)
 
     @property
     def presets(self) -> tuple[str, ...]:

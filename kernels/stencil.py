@@ -46,6 +46,11 @@ def count_work(size: StencilSize, itemsize: int) -> WorkCounts:
     return WorkCounts(flops=2.0 * len(size.shape) * n, bytes_moved=2.0 * n * itemsize)
 
 
+def input_shapes(size: StencilSize) -> tuple[tuple[int, ...]]:
+    """The shape of the one input, without making it."""
+    return (tuple(size.shape),)
+
+
 def make_inputs(size: StencilSize, rng: np.random.Generator) -> tuple[np.ndarray]:
     """One standard-normal array of the size's shape, in float64."""
     return (rng.standard_normal(size.shape),)
@@ -116,4 +121,5 @@ SPEC = KernelSpec(
     reference_fn=reference,
     jax_fn=jax_function,
     tf_fn=tf_function,
+    shapes_fn=input_shapes,
 )
