@@ -17,7 +17,13 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.errors import UserError
-from orchestrator.store import STORE_FILENAME, ResultStore, StoreError, StoreNotFoundError, find_stores
+from orchestrator.store import (
+    STORE_FILENAME,
+    ResultStore,
+    StoreError,
+    StoreNotFoundError,
+    find_stores,
+)
 
 ROW_COLUMNS: list[str] = [
     # identity
@@ -38,6 +44,8 @@ ROW_COLUMNS: list[str] = [
     # validity
     "valid", "invalid_reason", "meter", "energy_counter_updates", "energy_counter_period_s",
     "window_aligned", "energy_note",
+    # the work of one call as compiled (charged on the sim; kernels/cost.py)
+    "charged_flops", "charged_bytes", "charged_launches", "work_source", "work_note",
     # context
     "config", "versions", "git_commit", "config_hash",
 ]
@@ -139,7 +147,12 @@ def load_meta(paths: PathsLike) -> list[dict[str, Any]]:
     for path in store_paths(paths):
         with ResultStore(path, readonly=True) as store:
             out.append(
-                {"store": path, "sweep_dir": str(path.parent), "rows": len(store), "meta": store.meta()}
+                {
+                    "store": path,
+                    "sweep_dir": str(path.parent),
+                    "rows": len(store),
+                    "meta": store.meta(),
+                }
             )
     return out
 

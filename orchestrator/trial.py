@@ -20,8 +20,14 @@ The sequence, for each trial:
 On the simulated GPU the kernel really runs on the CPU, and the device's model accounts each call
 at ``workload.sim_size`` (by default the ``gpu`` preset): the sim's clock, energy and roofline
 describe the GPU-sized problem while the CPU computes a small one, so outputs and checks stay real
-and fast. Faults the sim draws below a device's stability threshold corrupt the real output (one
-flipped bit in one element) or crash the call, so the checks see them as they would on hardware.
+and fast. Each call is charged the work its framework compiled at that size
+(``kernels.cost``: XLA's cost analysis for JAX and TF+XLA, one kernel per op for TF graphs), so
+the frameworks differ in bytes moved and kernels launched; the row records it
+(``charged_flops``, ``charged_bytes``, ``charged_launches``, ``work_source``, and ``work_note``
+when a source failed and the analytic counts were charged). On other devices nothing is
+charged, and the same columns record the compiled work at the size that ran. Faults the sim
+draws below a device's stability threshold corrupt the real output (one flipped bit in one
+element) or crash the call, so the checks see them as they would on hardware.
 On ``device=cpu`` (the host measured as a device) time is wall time and energy comes from RAPL
 where it can be read; where it cannot, the row measures time only and ``energy_note`` says why.
 
@@ -66,7 +72,9 @@ def settings_request(device_cfg: Any) -> SettingsRequest:
         sm_clock_mhz=parse_sm_clock(device_cfg.sm_clock_mhz),
         mem_clock_mhz=None if device_cfg.mem_clock_mhz is None else int(device_cfg.mem_clock_mhz),
         power_limit_w=None if device_cfg.power_limit_w is None else float(device_cfg.power_limit_w),
-        clock_offset_mhz=None if device_cfg.clock_offset_mhz is None else int(device_cfg.clock_offset_mhz),
+        clock_offset_mhz=(
+            None if device_cfg.clock_offset_mhz is None else int(device_cfg.clock_offset_mhz)
+        ),
     )
 
 
@@ -186,17 +194,26 @@ def run_trial(ctx: TrialContext, cfg: Any, resolved: dict[str, Any]) -> list[dic
         )
         base["framework_version"] = kernel.framework_version
         base["versions"] = library_versions(cfg.framework.name)
-        counts = (
-            spec.counts(preset=cfg.workload.sim_size, dtype=cfg.workload.dtype)
-            if ident.backend == "sim" and cfg.workload.sim_size
-            else kernel.counts
+        sim_sized = ident.backend == "sim" and bool(cfg.workload.sim_size)
+        preset = cfg.workload.sim_size if sim_sized else cfg.workload.size
+        # The analytic counts stay the useful work of a call (throughput, energy per TFLOP);
+        # the compiled work is what the device is charged (on the sim) or what it ran.
+        counts = spec.counts(preset=preset, dtype=cfg.workload.dtype)
+        compiled = _compiled_work(kernel, counts, preset)
+        base.update(
+            charged_flops=compiled.flops,
+            charged_bytes=compiled.bytes_moved,
+            charged_launches=compiled.launches,
+            work_source=compiled.source,
+            work_note=compiled.note,
         )
         work = KernelWork(
-            flops=float(counts.flops),
-            bytes_moved=float(counts.bytes_moved),
+            flops=float(compiled.flops),
+            bytes_moved=float(compiled.bytes_moved),
             peak=spec.peak(cfg.workload.dtype, cfg.framework.precision),
             kernel_class=cfg.workload.name,
             framework=cfg.framework.name,
+            launches=int(compiled.launches),
         )
         if m.warmup_iters:
             KernelCalls(kernel, device, work, None).run(m.warmup_iters)
@@ -221,7 +238,8 @@ def run_trial(ctx: TrialContext, cfg: Any, resolved: dict[str, Any]) -> list[dic
     except DeviceError as e:
         _fail_rows(rows, base, m.repeats, "device_error", str(e))
     except Exception as e:  # noqa: BLE001 - a kernel that raised is a crashed trial, not a crashed sweep
-        _fail_rows(rows, base, m.repeats, "crash", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
+        error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
+        _fail_rows(rows, base, m.repeats, "crash", error)
     finally:
         try:
             ctx.guard.restore()
@@ -231,7 +249,23 @@ def run_trial(ctx: TrialContext, cfg: Any, resolved: dict[str, Any]) -> list[dic
     return rows
 
 
-def _base_row(ctx: TrialContext, cfg: Any, resolved: dict[str, Any], key: str, request: SettingsRequest) -> dict[str, Any]:
+def _compiled_work(kernel: Any, counts: Any, preset: str) -> Any:
+    """The kernel's compiled work at ``preset`` (``kernels.CompiledWork``); the analytic counts
+    and one launch for a kernel that cannot say (a test's stand-in)."""
+    from kernels.cost import CompiledWork
+
+    hook = getattr(kernel, "compiled_work", None)
+    if hook is not None:
+        return hook(preset)
+    return CompiledWork(
+        float(counts.flops), float(counts.bytes_moved), 1, "analytic",
+        note="the kernel reports no compiled work",
+    )
+
+
+def _base_row(
+    ctx: TrialContext, cfg: Any, resolved: dict[str, Any], key: str, request: SettingsRequest
+) -> dict[str, Any]:
     ident = ctx.device.identity
     sm = request.sm_clock_mhz
     return {
@@ -288,6 +322,11 @@ def _base_row(ctx: TrialContext, cfg: Any, resolved: dict[str, Any], key: str, r
         "energy_counter_period_s": None,
         "window_aligned": None,
         "energy_note": None,
+        "charged_flops": None,
+        "charged_bytes": None,
+        "charged_launches": None,
+        "work_source": None,
+        "work_note": None,
         "digest": cfg.measure.digest,
         "checked_iters": None,
         "check_time_s": None,
@@ -334,7 +373,8 @@ def _fill_measured(
     asked = request.sm_clock_mhz
     observed = meas.mean_sm_clock_mhz
     if asked is not None and observed is not None and observed < asked[0] - m.clock_tolerance_mhz:
-        fired = [r for r in meas.reasons.names() if r not in ("applications_clocks_setting", "gpu_idle")]
+        ignored = ("applications_clocks_setting", "gpu_idle")
+        fired = [r for r in meas.reasons.names() if r not in ignored]
         reasons.append(
             f"observed SM clock {observed:.0f} MHz is below the {asked[0]} MHz asked"
             + (f" ({', '.join(fired)})" if fired else "")
@@ -373,12 +413,17 @@ def _fill_checks(row: dict[str, Any], checks: Checks, reference: np.ndarray, cfg
     )
 
 
-def _fail_rows(rows: list[dict[str, Any]], base: dict[str, Any], repeats: int, status: str, error: str) -> None:
+def _fail_rows(
+    rows: list[dict[str, Any]], base: dict[str, Any], repeats: int, status: str, error: str
+) -> None:
     """Mark the repeat in flight (and those not reached) as failed."""
     if rows and rows[-1].get("status") is None:
         rows[-1].update(status=status, error=error, ended_at=time.time(), valid=False)
     while len(rows) < repeats:
-        rows.append(dict(base, repeat=len(rows), status=status, error=error, ended_at=time.time(), valid=False))
+        rows.append(
+            dict(base, repeat=len(rows), status=status, error=error, ended_at=time.time(),
+                 valid=False)
+        )
 
 
 def objective(rows: list[dict[str, Any]], name: str) -> float:
