@@ -170,31 +170,31 @@ def create_machine(
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / "machine.lock")):
         path = root / MACHINE_FILE
-        if path.exists():
-            existing = json.loads(path.read_text())
-            if existing["spec"] == asdict(spec):
-                return Machine(root)
+        existing = json.loads(path.read_text()) if path.exists() else None
+        same = existing is not None and existing["spec"] == asdict(spec)
+        if existing is not None and not same:
             if not replace:
                 raise MachineSpecError(
                     f"{root} already holds a different simulated machine "
                     f"({_describe(existing['spec'])}); use another device.state_dir"
                 )
-        gpus = [
-            SimGpu(
-                index=i,
-                uuid="GPU-" + str(uuidlib.uuid5(_UUID_NAMESPACE, f"{seed}/{i}/{name}")),
-                pci_bus_id=f"00000000:{i + 7:02X}:00.0",
-                profile=name,
-            )
-            for i, name in enumerate(names)
-        ]
-        for gpu in gpus:
-            fresh = fresh_gpu_state(load_profile(gpu.profile))
-            create_state_file(root / state_file_name(gpu.index), fresh)
-            (root / f"gpu-{gpu.index}.json").unlink(missing_ok=True)  # from before .state files
-        machine = {"spec": asdict(spec), "gpus": [asdict(g) for g in gpus]}
-        _write(path, {**machine, "driver_version": DRIVER_VERSION}, sync=True)
-    return Machine(root)
+        if not same:  # a new machine (or a replaced one); the same spec re-opens it
+            gpus = [
+                SimGpu(
+                    index=i,
+                    uuid="GPU-" + str(uuidlib.uuid5(_UUID_NAMESPACE, f"{seed}/{i}/{name}")),
+                    pci_bus_id=f"00000000:{i + 7:02X}:00.0",
+                    profile=name,
+                )
+                for i, name in enumerate(names)
+            ]
+            for gpu in gpus:
+                fresh = fresh_gpu_state(load_profile(gpu.profile))
+                create_state_file(root / state_file_name(gpu.index), fresh)
+                (root / f"gpu-{gpu.index}.json").unlink(missing_ok=True)  # from before .state files
+            machine = {"spec": asdict(spec), "gpus": [asdict(g) for g in gpus]}
+            _write(path, {**machine, "driver_version": DRIVER_VERSION}, sync=True)
+    return Machine(root)  # outside the lock: opening may convert older state files under it
 
 
 def _describe(spec: dict[str, Any]) -> str:

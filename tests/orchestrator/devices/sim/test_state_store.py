@@ -118,6 +118,19 @@ def test_a_state_directory_of_json_files_is_converted_on_open(tmp_path):
     assert not (root / "gpu-0.json").exists() and (root / state_file_name(0)).exists()
 
 
+def test_re_creating_a_machine_of_json_files_converts_them_and_keeps_the_state(tmp_path):
+    # What a sweep does with a state directory an older version left (it re-creates its machine
+    # with the same spec): the conversion must not deadlock on create_machine's own lock.
+    root = tmp_path / "sim"
+    create_machine(root, "a100_sxm4_40gb")
+    state = Machine(root).read(0)
+    state["calls"] = 9
+    (root / state_file_name(0)).unlink()
+    (root / "gpu-0.json").write_text(json.dumps(state))
+    state_mod._forget_store((root / state_file_name(0)).resolve())
+    assert create_machine(root, "a100_sxm4_40gb").read(0)["calls"] == 9
+
+
 # --- a kill at any instant ------------------------------------------------------------------
 def tear_the_slot_being_written(m: Machine, index: int, state: dict, cut: int) -> None:
     """Leave GPU ``index``'s state as a process killed ``cut`` bytes into a write would."""
