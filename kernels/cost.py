@@ -306,3 +306,41 @@ def _tensor_bytes(tensor: Any) -> float:
     if not tensor.shape.is_fully_defined():
         raise ValueError(f"tensor {tensor.name} has no fully defined shape: {tensor.shape}")
     return float(tensor.shape.num_elements() * tensor.dtype.size)
+
+
+# --- the table in docs/simulator.md ---------------------------------------------------------
+def work_table(preset: str = "gpu", dtype: str = "float32") -> str:
+    """A Markdown table of every workload's compiled work per framework at ``preset``.
+
+    Columns: GFLOP, GB and launches per call for JAX, TF graph and TF+XLA, and the TF graph's
+    bytes and launches over JAX's. Run ``python -m kernels.cost`` to print it.
+    """
+    from kernels.registry import WORKLOADS
+
+    routes = (
+        ("JAX", "jax", True), ("TF graph", "tensorflow", False), ("TF+XLA", "tensorflow", True)
+    )
+    head = ["workload", "analytic GFLOP / GB"]
+    head += [f"{name} GFLOP / GB / launches" for name, _, _ in routes]
+    head += ["TF graph / JAX: bytes, launches"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for spec in WORKLOADS.values():
+        counts = spec.counts(preset, dtype)
+        works = [compiled_work(spec, fw_, preset, dtype, xla=xla) for _, fw_, xla in routes]
+        cells = [spec.name, f"{counts.flops / 1e9:.4g} / {counts.bytes_moved / 1e9:.3g}"]
+        for work in works:
+            mark = "" if work.source != "analytic" else " (analytic)"
+            cells.append(
+                f"{work.flops / 1e9:.4g} / {work.bytes_moved / 1e9:.3g} / {work.launches}{mark}"
+            )
+        jax_work, graph = works[0], works[1]
+        cells.append(
+            f"{graph.bytes_moved / jax_work.bytes_moved:.2f}x, "
+            f"{graph.launches / jax_work.launches:.2f}x"
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(work_table())
