@@ -25,12 +25,12 @@ Three ways to get joules, chosen per device (``measure.meter=auto`` picks the fi
   sample at ``t_{j-1}``) is taken to have begun at ``(t_{j-1} + t_j) / 2 - age_s``, where
   ``age_s = (period_s + window_s) / 2`` is how far a reading lags the power it reports on
   average; it holds until the next new value. Equal consecutive values are one step, however
-  many updates they span; where the values change often enough, their update phase is found
-  (``update_phase_s``) and the windows are placed on the update grid. The meter polls at
-  ``poll_hz`` or ``POLLS_PER_UPDATE`` times per update of the reading, whichever is faster (a
-  slower poll adds up to half its interval to where a change is placed). The error left is the
-  sampling's own: a change of power between two windows is placed to within half the gap
-  between them (~37 ms on A100 and H100), plus half a poll interval where the phase is unknown.
+  many updates they span. The meter polls at ``poll_hz`` or ``POLLS_PER_UPDATE`` times per
+  update of the reading, whichever is faster (a slower poll adds up to half its interval to
+  where a change is placed). The error left is the sampling's own: a change of power between
+  two windows is placed to within about half the gap between them (~37 ms on A100 and H100)
+  plus half a poll interval; on the sim a 0.5 s idle, 1.5 s load window comes within 2.2%
+  (``tests/orchestrator/test_meter_sensors.py``; ``docs/simulator.md`` has the figures).
 - ``none``: a device with neither (a CPU whose RAPL counter cannot be read): the window measures
   time only, and the device's ``energy_note`` says why there are no joules.
 
@@ -43,7 +43,6 @@ for the meter.
 
 from __future__ import annotations
 
-import math
 import statistics
 import threading
 from dataclasses import dataclass, field
@@ -134,69 +133,26 @@ def choose_method(device: Device, method: str) -> MeterMethod:
     return method  # type: ignore[return-value]
 
 
-def update_phase_s(changes: list[tuple[float, float]], period_s: float) -> float | None:
-    """Where a reading's updates sit on its period, from when new values were seen.
-
-    Each ``(a, b)`` says an update happened in ``(a, b]`` (the samples before and at a change).
-    Updates come every ``period_s``, so the phase ``phi`` (updates at ``phi + k * period_s``) lies
-    in every such interval, taken modulo the period: the middle of the stretch that most of them
-    cover (Yang et al.'s re-alignment in time). None: fewer than three intervals shorter than the
-    period, or no stretch in 80% of them (the period is not what the device says).
-    """
-    arcs = [(a, b) for a, b in changes if 0 < b - a < period_s]
-    if len(arcs) < 3:
-        return None
-    events: list[tuple[float, int]] = []
-    for a, b in arcs:
-        lo = a % period_s
-        hi = lo + (b - a)
-        if hi <= period_s:
-            events += [(lo, 1), (hi, -1)]
-        else:  # wraps around the period
-            events += [(lo, 1), (period_s, -1), (0.0, 1), (hi - period_s, -1)]
-    events.sort()  # at one instant an interval ends (-1) before the next begins ((a, b] is open)
-    count = best = 0
-    best_at = 0.0
-    for k, (x, delta) in enumerate(events):
-        count += delta
-        if count > best and k + 1 < len(events):
-            best, best_at = count, (x + events[k + 1][0]) / 2
-    return best_at if best >= 0.8 * len(arcs) else None
-
-
 def integrate_readings_j(
     samples: list[Sample], t0_s: float, t1_s: float, sensing: PowerSensing | None
 ) -> float:
     """Energy in J over ``[t0_s, t1_s]`` from polled power readings (see the module docstring).
 
-    A step reconstruction: the first sample's value holds from the start, and each new value
-    begins halfway between the end of the previous value's window and the start of its own, then
-    holds until the next new value. With the reading's update phase known (``update_phase_s``),
-    the windows are placed on the update grid; otherwise each update is taken to be halfway
-    between the two samples that saw the change, and a window to lag it by ``age_s``.
+    A step reconstruction: the first sample's value holds from the start; a new value seen at
+    ``t_j`` (the sample before at ``t_{j-1}``) begins at ``(t_{j-1} + t_j) / 2 - age_s`` (where
+    the change of power most likely was: its update halfway between the two samples, its window
+    ``age_s`` behind) and holds until the next new value. ``sensing`` None: no lag.
     """
+    age_s = 0.0 if sensing is None else sensing.age_s
     readings = [s for s in samples if s.power_mw is not None]
-    pairs = list(zip(readings, readings[1:]))
-    changes = [(a.t_s, b.t_s) for a, b in pairs if a.power_mw != b.power_mw]
-    period = sensing.period_s if sensing is not None else 0.0
-    window = sensing.window_s if sensing is not None else 0.0
-    age = sensing.age_s if sensing is not None else 0.0
-    phase = update_phase_s(changes, period) if period > 0 else None
-
-    def begins(a_s: float, b_s: float) -> float:
-        if phase is not None:
-            u_new = phase + math.floor((b_s - phase) / period) * period
-            u_old = phase + math.floor((a_s - phase) / period) * period
-            if u_old < u_new:
-                return (u_old + u_new - window) / 2
-        return (a_s + b_s) / 2 - age
-
     steps: list[tuple[float, float]] = []  # (begins at, W)
-    if readings:
-        steps.append((float("-inf"), readings[0].power_mw / 1000.0))  # type: ignore[operator]
-    for a, b in pairs:
-        if b.power_mw != a.power_mw:
-            steps.append((max(begins(a.t_s, b.t_s), steps[-1][0]), b.power_mw / 1000.0))  # type: ignore[operator]
+    for k, s in enumerate(readings):
+        watts = s.power_mw / 1000.0  # type: ignore[operator]
+        if k == 0:
+            steps.append((float("-inf"), watts))
+        elif s.power_mw != readings[k - 1].power_mw:
+            begins = (readings[k - 1].t_s + s.t_s) / 2 - age_s
+            steps.append((max(begins, steps[-1][0]), watts))
     energy = 0.0
     for k, (start, watts) in enumerate(steps):
         end = steps[k + 1][0] if k + 1 < len(steps) else float("inf")
