@@ -12,9 +12,10 @@ until its next update (Yang et al., SC'24, "Part-time Power Measurements": ~25 m
 ``E(t)`` is piecewise linear and a reading is exactly ``(E(u) - E(u - window_s)) / window_s``.
 
 A *track* keeps what one sensor needs for that: ``[n, reading_w, pending]`` where ``n`` is the
-index of its latest update, ``reading_w`` the value it updated to, and ``pending`` the pairs
-``[m, E(m * period_s - window_s)]`` for the updates ``m > n`` whose windows have already opened
-(at most ``ceil(window_s / period_s) + 1`` of them). Advancing a track over one interval of
+index of its latest update, ``reading_w`` the value it updated to, and ``pending`` the energies
+``E(m * period_s - window_s)`` at the starts of the windows already open, of the updates
+``m = n + 1, n + 2, ...`` in turn (at most ``ceil(window_s / period_s)`` of them; a flat list,
+which the state store writes fastest). Advancing a track over one interval of
 constant power is O(1) when no update or window start falls inside it (most kernel calls), and
 O(window_s / period_s) otherwise, however long the interval. A track opened on a GPU with a
 history the sim did not record assumes the power before was what it is now.
@@ -77,7 +78,7 @@ def open_track(sensor: PowerSensor, t_s: float, energy_mj: float, power_w: float
     p, w = sensor.period_s, sensor.window_s
     n = update_index(t_s, p)
     pending = [
-        [m, energy_mj - power_w * (t_s - (m * p - w)) * 1e3]
+        energy_mj - power_w * (t_s - (m * p - w)) * 1e3
         for m in range(n + 1, update_index(t_s + w, p) + 1)
     ]
     return [n, float(power_w), pending]
@@ -88,24 +89,24 @@ def advance_track(
 ) -> None:
     """Move a track from ``t0_s`` (energy ``e0_mj``) to ``t1_s`` at a constant ``power_w``."""
     p, w = sensor.period_s, sensor.window_s
+    n, pending = track[0], track[2]
+    known = n + len(pending)  # the last update whose window's start is recorded
     n_new = update_index(t1_s, p)
-    m_lo = update_index(t0_s + w, p) + 1  # windows that open inside (t0, t1] ...
-    m_hi = update_index(t1_s + w, p)
-    if n_new <= track[0] and m_lo > m_hi:
+    m_hi = update_index(t1_s + w, p)  # the last update whose window has opened by t1
+    if n_new <= n and m_hi <= known:
         return  # nothing happens inside this interval (most kernel calls)
     rate = power_w * 1e3  # mJ/s
-    pending = track[2]
-    if n_new > track[0]:
-        start = n_new * p - w
-        e_start = next((e for m, e in pending if m == n_new), None)
-        if e_start is None:  # the window opened inside this interval
-            e_start = e0_mj + rate * (start - t0_s)
+    if n_new > n:
+        k = n_new - n - 1
+        if k < len(pending):
+            e_start = pending[k]
+        else:  # the window opened inside this interval
+            e_start = e0_mj + rate * (n_new * p - w - t0_s)
         e_end = e0_mj + rate * (n_new * p - t0_s)
-        track[0] = n_new
-        track[1] = (e_end - e_start) / w / 1e3
-        pending = [entry for entry in pending if entry[0] > n_new]
-    for m in range(max(m_lo, n_new + 1), m_hi + 1):  # ... for updates still to come
-        pending.append([m, e0_mj + rate * (m * p - w - t0_s)])
+        track[0], track[1] = n_new, (e_end - e_start) / w / 1e3
+        pending = pending[k + 1:]
+        known = max(known, n_new)
+    pending.extend(e0_mj + rate * (m * p - w - t0_s) for m in range(known + 1, m_hi + 1))
     track[2] = pending
 
 

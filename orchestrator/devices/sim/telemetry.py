@@ -10,7 +10,7 @@ Readings are NVML's as each generation makes them (``GpuProfile.sensors``, compu
 update, exact in virtual time; the energy counter steps every ``counter_period_s``; the exact
 energy (``energy_mj`` in the state) is ground truth that no NVML call returns. A power cap acts
 after the controller's filter (``sensors.capped_call``). State keys this module adds to a GPU's
-state dict, each created the first time it is needed: ``sensor_tracks`` (one track per distinct
+state dict, each created the first time it is needed: ``sensor_windows`` (one track per distinct
 sensor) and ``cap_over_s`` (the cap controller's integrator).
 """
 
@@ -36,7 +36,7 @@ NVML_VALUE_TYPE_UNSIGNED_INT = _real.NVML_VALUE_TYPE_UNSIGNED_INT
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = _real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
 c_nvmlFieldValue_t = _real.c_nvmlFieldValue_t
 
-_TRACKS = "sensor_tracks"  # state key: {sensors.sensor_key(sensor): track}
+_TRACKS = "sensor_windows"  # state key: {sensors.sensor_key(sensor): track}
 _CAP_OVER = "cap_over_s"  # state key: the power-cap controller's integrator (s)
 
 
