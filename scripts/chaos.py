@@ -189,8 +189,9 @@ class ChaosRun:
     def start_main(self, sweep: Sweep) -> None:
         self.driver = self.start(sweep)
 
-    def until_trials_flow(self, early: bool) -> None:
-        """Wait for a random moment of a running sweep (``early``: perhaps while it starts)."""
+    def until_trials_flow(self, early: bool, claimed: bool = False) -> None:
+        """Wait for a random moment of a running sweep (``early``: perhaps while it starts;
+        ``claimed``: as soon as the driver holds its sweep directory, the whole sweep ahead)."""
         while True:
             d = self.driver
             assert d is not None
@@ -207,6 +208,10 @@ class ChaosRun:
             if len(d.sweep.expected()) - len(d.sweep.rows()) < MIN_LEFT:
                 d.wait(600)  # nearly done: a fault now could miss; strike the next sweep
                 continue
+            if claimed:
+                if wait_for(lambda: self.claims(d) or not d.alive(), 180, 0.2) and d.alive():
+                    return
+                continue
             if early and self.rng.random() < 0.4:
                 time.sleep(self.rng.uniform(0, 12))
                 if d.alive():
@@ -219,6 +224,15 @@ class ChaosRun:
                         return
                 continue
             raise RuntimeError(f"no trial was stored in 180 s: {last_line(d.stderr())}")
+
+    @staticmethod
+    def claims(d: Driver) -> bool:
+        """Whether ``d`` holds its sweep directory (the owner file the claim writes names it)."""
+        try:
+            owner = json.loads((d.sweep.directory / ".dvfs-sweep.owner").read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(owner, dict) and owner.get("pid") == d.pid
 
     def recover(self, d: Driver, pids: set[int]) -> dict[str, Any]:
         """The driver has gone (or is going): clean up, restore, free the disk, resume."""
@@ -460,6 +474,9 @@ FAULTS: dict[str, Callable[[ChaosRun], dict[str, Any]]] = {
     "two_sweeps": fault_two_sweeps,
 }
 EARLY = ("driver_sigkill", "driver_sigterm")  # may strike while the workers start
+# Strikes once the driver holds its directory: a second `dvfs sweep` takes ~30 s to get as far on 2
+# cores the workers keep busy, longer than what is left of a sweep once its trials flow.
+CLAIMED = ("two_sweeps",)
 
 
 # --- the end ------------------------------------------------------------------------------------
@@ -578,7 +595,7 @@ def run_chaos(root: Path, faults: int, kinds: list[str], seed: int,
         run.start_main(run.new_main_sweep())
         for n, kind in enumerate(plan, 1):
             for _ in range(5):  # a fault that found nothing to strike is struck again
-                run.until_trials_flow(early=kind in EARLY)
+                run.until_trials_flow(early=kind in EARLY, claimed=kind in CLAIMED)
                 at = run.now()
                 record = {"n": n, "kind": kind, "at_s": round(at, 1), **FAULTS[kind](run)}
                 if "missed" not in record:
