@@ -4,7 +4,8 @@
 A trial on the simulated GPU accounts every kernel call (``simDeviceRecordKernelCall``: virtual
 time, energy, clocks, the fault draw, the GPU's state updated on disk), reads the virtual clock
 (``simDeviceGetTimeS``) around its window, and changes a setting (``nvmlDeviceSetGpuLockedClocks``:
-a durable write) between trials. This script times each of the three on a fresh one-GPU machine in
+a durable write) between trials. This script times each of the three, and the state store alone
+(``Machine.update`` with a one-key change, ``Machine.read``), on a fresh one-GPU machine in
 a temporary state directory: ``--rounds`` rounds of ``--calls`` calls each, and prints the median
 over rounds of the per-call time (one round is the mean of its calls; the median of rounds keeps
 a round that the shared machine slowed down from moving the figure). The setter alternates between
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.devices.base import KernelWork  # noqa: E402
 from orchestrator.devices.sim import nvml as sim  # noqa: E402
-from orchestrator.devices.sim.state import STATE_ENV, create_machine  # noqa: E402
+from orchestrator.devices.sim.state import STATE_ENV, Machine, create_machine  # noqa: E402
 
 
 def time_per_call_us(call: Callable[[int], object], calls: int, rounds: int) -> list[float]:
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         sim.nvmlInit()
         try:
             h = sim.nvmlDeviceGetHandleByIndex(0)
+            machine = Machine(tmp)
             work = KernelWork(
                 flops=2e9, bytes_moved=4e8, peak="fp32", kernel_class="stencil", framework="jax"
             )
@@ -74,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
                     lambda k: sim.simDeviceRecordKernelCall(h, work), args.calls
                 ),
                 "simDeviceGetTimeS": (lambda k: sim.simDeviceGetTimeS(h), args.calls),
+                "Machine.update (store alone)": (
+                    lambda k: machine.update(0, lambda st: st.update(bench=k)), args.calls
+                ),
+                "Machine.read (store alone)": (lambda k: machine.read(0), args.calls),
                 "nvmlDeviceSetGpuLockedClocks": (
                     lambda k: sim.nvmlDeviceSetGpuLockedClocks(h, lo, hi if k % 2 else lo),
                     args.setter_calls,
