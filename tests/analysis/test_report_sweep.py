@@ -89,8 +89,10 @@ def test_gemm_front_trades_time_for_energy(sim_sweep):
 def test_stencil_time_hardly_moves_with_the_clock(sim_sweep):
     front = pd.read_csv(sim_sweep["out"] / "front.csv")
     ok = front[(front["workload"] == "stencil") & (front["status"] == "ok")]
-    t = ok["time_per_iter_s"]
-    assert t.max() < 1.05 * t.min()  # memory-bound: its roof is bandwidth, not the SM clock
+    # Per framework: memory-bound, its roof is bandwidth, not the SM clock. Across frameworks the
+    # times differ by the bytes each compiled (the sim charges XLA's fused pass, TF's four ops).
+    for _, t in ok.groupby("framework")["time_per_iter_s"]:
+        assert len(t) >= 2 and t.max() < 1.05 * t.min()
 
 
 def test_the_report_of_a_running_sweep_reports_what_is_stored(sim_sweep):
