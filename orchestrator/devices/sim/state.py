@@ -15,9 +15,8 @@ a guard, ``dvfs restore`` after a kill) always see one consistent GPU. An accoun
 makes one such update, so it has to be cheap (tens of microseconds, not the milliseconds a
 replaced JSON file costs). Each ``gpu-<index>.state`` is a fixed-size file, mapped into memory
 by every process that opens it, holding two *slots*; a slot is a header (magic, format,
-generation, length, CRC-32 of all of it) and the state's bytes (``marshal``, format 4: what
-``json`` would give back, for the JSON types; a value ``marshal`` cannot take, such as a NumPy
-float, goes through JSON first).
+generation, length, CRC-32 of all of it) and the state's bytes (compact JSON: the project
+never unpickles or unmarshals a file).
 
 - *A read* takes a shared ``flock`` on the file and decodes the valid slot (its CRC matches) with
   the higher generation.
@@ -45,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import marshal
 import mmap
 import os
 import struct
@@ -251,33 +249,12 @@ def state_file_name(index: int) -> str:
     return f"gpu-{index}.state"
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def _is_plain(value: Any) -> bool:
-    """Only JSON's own types (str keys, lists, no subclasses): ``marshal`` keeps these as JSON."""
-    kind = type(value)
-    if kind in _SCALARS:
-        return True
-    if kind is list:
-        return all(type(v) in _SCALARS or _is_plain(v) for v in value)
-    if kind is dict:
-        return all(
-            type(k) is str and (type(v) in _SCALARS or _is_plain(v)) for k, v in value.items()
-        )
-    return False
-
-
 def _encode(state: dict[str, Any]) -> bytes:
-    """The state as a slot stores it; reads back exactly as ``json.loads(json.dumps(state))``.
-
-    Anything else than JSON's own types (a tuple, an int key, a NumPy float, which ``marshal``
-    would store as its raw bytes, an enum) goes through JSON first, which also refuses what JSON
-    cannot hold (``TypeError``).
+    """The state as a slot stores it: compact JSON (never pickle or marshal: a state file is
+    data anyone may have written, and decoding it must not be able to build objects). JSON
+    refuses what it cannot hold (``TypeError``).
     """
-    if not _is_plain(state):
-        state = json.loads(json.dumps(state))
-    return marshal.dumps(state, 4)
+    return json.dumps(state, separators=(",", ":")).encode()
 
 
 def _slot_bytes(payload: bytes, generation: int) -> tuple[bytes, bytes]:
@@ -376,7 +353,7 @@ class _GpuStore:
     def read(self) -> dict[str, Any]:
         with self.locked(exclusive=False):
             _, gen, payload = self.current()
-        state = marshal.loads(payload)
+        state = json.loads(payload)
         self.lost = (gen, bool(state.get("lost")))
         return state
 
@@ -392,7 +369,7 @@ class _GpuStore:
             while True:
                 writes = self.writes
                 k, gen, payload = self.current()
-                state = marshal.loads(payload)
+                state = json.loads(payload)
                 result = change(state)
                 if self.writes == writes:  # no update nested in ``change`` wrote meanwhile
                     break
