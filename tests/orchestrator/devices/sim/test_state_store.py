@@ -106,14 +106,20 @@ def test_a_state_too_large_for_a_slot_is_refused_and_nothing_is_written(machine)
     assert machine.read(0)["calls"] == 7
 
 
-def test_a_state_directory_of_json_files_is_converted_on_open(tmp_path):
+def _as_an_older_version_left_it(tmp_path, calls: int):
+    """A machine whose GPU 0 is a gpu-0.json file (before .state files) with ``calls`` set."""
     root = tmp_path / "sim"
     create_machine(root, "a100_sxm4_40gb")
     state = Machine(root).read(0)
-    state["calls"] = 41
+    state["calls"] = calls
     (root / state_file_name(0)).unlink()
-    (root / "gpu-0.json").write_text(json.dumps(state))  # as an older version left it
+    (root / "gpu-0.json").write_text(json.dumps(state))
     state_mod._forget_store((root / state_file_name(0)).resolve())
+    return root
+
+
+def test_a_state_directory_of_json_files_is_converted_on_open(tmp_path):
+    root = _as_an_older_version_left_it(tmp_path, 41)
     assert Machine(root).read(0)["calls"] == 41
     assert not (root / "gpu-0.json").exists() and (root / state_file_name(0)).exists()
 
@@ -121,13 +127,7 @@ def test_a_state_directory_of_json_files_is_converted_on_open(tmp_path):
 def test_re_creating_a_machine_of_json_files_converts_them_and_keeps_the_state(tmp_path):
     # What a sweep does with a state directory an older version left (it re-creates its machine
     # with the same spec): the conversion must not deadlock on create_machine's own lock.
-    root = tmp_path / "sim"
-    create_machine(root, "a100_sxm4_40gb")
-    state = Machine(root).read(0)
-    state["calls"] = 9
-    (root / state_file_name(0)).unlink()
-    (root / "gpu-0.json").write_text(json.dumps(state))
-    state_mod._forget_store((root / state_file_name(0)).resolve())
+    root = _as_an_older_version_left_it(tmp_path, 9)
     assert create_machine(root, "a100_sxm4_40gb").read(0)["calls"] == 9
 
 
