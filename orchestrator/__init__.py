@@ -6,4 +6,9 @@ the rest; ``guard`` and ``meter`` sit on devices; ``trial`` runs one measured po
 JAX, TensorFlow or Ray at module level, so ``dvfs --help`` stays fast.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("dvfs-orchestrator")  # pyproject.toml's, the one place it is written
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "unknown"

@@ -1,0 +1,230 @@
+"""One job, typed: what a trial is asked to measure, its identity, and the rules that exist once.
+
+A Hydra job is one trial. ``JobSpec`` is that job after validation: its typed config
+(``config.DvfsConfig``, so code reads ``job.config.workload.name``), where its rows go, and the
+sweep they belong to. Everything derived from it lives here, once, for both ways a trial runs
+(``app.task`` under Hydra's basic launcher, and the ``ray_gpus`` launcher's workers):
+
+- the trial key: a hash of what is measured (``job_identity``) and the GPU's UUID; resume, the
+  store and the stability search all find a trial by it;
+- the settings request the guard checks and applies, and the one-line label of a job;
+- the machine key: which jobs may share one simulated machine or one pool of workers (the device
+  config less the keys a job may set or route by);
+- the sweep id, the ``sweep`` meta item, and resume (``stored_trials``: one keyed store query).
+
+A user's mistake (a typo'd choice, an unsupported size, a bad inject spec) is a ``UserError``
+raised by ``JobSpec.from_config`` before anything touches a device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config import DvfsConfig, parse_sm_clock
+from orchestrator.errors import UserError
+from orchestrator.guard import SettingsRequest
+
+# Device keys that set what one trial does, and which GPU it runs on: the jobs of one machine (one
+# pool of workers, one simulated machine) may differ in these and nothing else.
+SETTING_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_mhz", "inject")
+ROUTING_KEYS = ("gpus",)
+PER_JOB_KEYS = (*SETTING_KEYS, *ROUTING_KEYS)
+
+# Config keys that do not change what a trial measures (kept out of the trial key).
+_NON_IDENTITY_KEYS = ("store_dir", "quiet", "objective")
+_NON_IDENTITY_DEVICE_KEYS = ("state_dir", "journal_dir", "gpus", "policy_file")
+
+
+def settings_request(device_cfg: Any) -> SettingsRequest:
+    """The settings a job's ``device`` config asks for."""
+    return SettingsRequest(
+        sm_clock_mhz=parse_sm_clock(device_cfg.sm_clock_mhz),
+        mem_clock_mhz=None if device_cfg.mem_clock_mhz is None else int(device_cfg.mem_clock_mhz),
+        power_limit_w=None if device_cfg.power_limit_w is None else float(device_cfg.power_limit_w),
+        clock_offset_mhz=(
+            None if device_cfg.clock_offset_mhz is None else int(device_cfg.clock_offset_mhz)
+        ),
+    )
+
+
+def job_identity(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a resolved job config that defines what is measured."""
+    ident = {k: v for k, v in resolved.items() if k not in _NON_IDENTITY_KEYS}
+    device = dict(ident.get("device", {}))
+    for k in _NON_IDENTITY_DEVICE_KEYS:
+        device.pop(k, None)
+    ident["device"] = device
+    return ident
+
+
+def trial_key(resolved: Mapping[str, Any], device_uuid: str) -> str:
+    """A stable key: hash of the resolved job config (what is measured) and the GPU's UUID."""
+    blob = json.dumps(
+        {"job": job_identity(resolved), "uuid": device_uuid}, sort_keys=True, default=str
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def config_hash(resolved: Mapping[str, Any]) -> str:
+    """Hash of the job config alone (the same point on every GPU shares it)."""
+    blob = json.dumps(job_identity(resolved), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def validate_workload(cfg: Any) -> Any:
+    """Check workload x framework x size x dtype x precision against the kernel registry.
+
+    Returns:
+        The workload's ``kernels.KernelSpec``.
+
+    Raises:
+        UserError: a framework, size, dtype or precision the workload does not have.
+    """
+    from kernels import get_spec
+    from kernels.spec import KernelOptionError
+
+    if cfg.framework.name not in ("jax", "tensorflow"):
+        raise UserError(f"framework={cfg.framework.name!r} is not one of: jax, tensorflow")
+    try:
+        spec = get_spec(cfg.workload.name)
+        spec.validate(cfg.workload.size, cfg.workload.dtype, cfg.framework.precision)
+        if cfg.workload.sim_size is not None:
+            spec.validate(cfg.workload.sim_size, cfg.workload.dtype, cfg.framework.precision)
+    except KernelOptionError as e:
+        raise UserError(str(e)) from e
+    return spec
+
+
+def machine_key(device: Mapping[str, Any]) -> str:
+    """Which machine a job's device config opens: the config less the per-job keys."""
+    return json.dumps(
+        {k: v for k, v in dict(device).items() if k not in PER_JOB_KEYS}, sort_keys=True, default=str
+    )
+
+
+def sweep_id_for(store_dir: str | Path) -> str:
+    """The sweep id stamped on rows: the last two parts of the store directory."""
+    return "/".join(Path(store_dir).resolve().parts[-2:])
+
+
+def describe_request(workload: Any, framework: Any, request: SettingsRequest) -> str:
+    """A job's one-line label, e.g. ``gemm/jax float32 [sm=1065 MHz]``."""
+    return f"{workload.name}/{framework.name} {workload.dtype} [{request.describe()}]"
+
+
+# --- the job ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class JobSpec:
+    """One validated job: its typed config, where its rows go, and the sweep they belong to.
+
+    Attributes:
+        config: the job's config (``hydra`` node excluded), typed.
+        store_dir: the store its rows go to (None: not decided, e.g. a test's bare trial).
+        sweep_id: stamped on every row.
+    """
+
+    config: DvfsConfig
+    store_dir: Path | None = None
+    sweep_id: str = ""
+
+    @classmethod
+    def from_config(cls, cfg: Any, default_store_dir: str | Path | None = None) -> JobSpec:
+        """Validate a job's composed config (a DictConfig) and type it.
+
+        Args:
+            cfg: the job's task config.
+            default_store_dir: where rows go unless the job sets ``store_dir``.
+
+        Raises:
+            UserError: the first mistake found, on one line; nothing has touched a device.
+        """
+        from omegaconf import OmegaConf
+
+        from orchestrator import inject
+        from orchestrator.config import validate_static
+
+        validate_static(cfg)
+        validate_workload(cfg)
+        if OmegaConf.get_type(cfg) is not DvfsConfig:  # a plain dict config: type it first
+            cfg = OmegaConf.merge(OmegaConf.structured(DvfsConfig), cfg)
+        config = OmegaConf.to_object(cfg)
+        assert isinstance(config, DvfsConfig)
+        inject.validate(config.device.inject, config.device.backend)
+        settings_request(config.device)  # a malformed setting is refused here, not on a GPU
+        where = config.store_dir or default_store_dir
+        store_dir = None if where is None else Path(where)
+        return cls(config, store_dir, sweep_id_for(store_dir) if store_dir else "")
+
+    @cached_property
+    def resolved(self) -> dict[str, Any]:
+        """The config as plain values: stored beside every row, hashed into the trial key."""
+        return asdict(self.config)
+
+    @cached_property
+    def request(self) -> SettingsRequest:
+        """The settings the trial asks for."""
+        return settings_request(self.config.device)
+
+    @property
+    def label(self) -> str:
+        """E.g. ``gemm/jax float32 [sm=1065 MHz]``."""
+        return describe_request(self.config.workload, self.config.framework, self.request)
+
+    @property
+    def repeats(self) -> int:
+        """Windows per trial (``measure.repeats``): one row each."""
+        return int(self.config.measure.repeats)
+
+    @property
+    def device(self) -> dict[str, Any]:
+        """The resolved ``device`` section."""
+        return self.resolved["device"]
+
+    @property
+    def quiet(self) -> bool:
+        """No per-trial summary on stdout."""
+        return bool(self.config.quiet)
+
+    @property
+    def objective_name(self) -> str:
+        """What the job returns to a sweeper (``objective``)."""
+        return str(self.config.objective)
+
+    @property
+    def config_hash(self) -> str:
+        """Hash of what is measured, the same on every GPU."""
+        return config_hash(self.resolved)
+
+    def trial_key(self, device_uuid: str) -> str:
+        """The key of this job's trial on one GPU."""
+        return trial_key(self.resolved, device_uuid)
+
+
+# --- the store's view of jobs -----------------------------------------------------------------
+def record_sweep(store: Any, job: JobSpec) -> None:
+    """Write the store's ``sweep`` meta item (where, when, the first job's config), once."""
+    if store.get_meta("sweep") is None:
+        store.put_meta(
+            "sweep",
+            {"store_dir": str(job.store_dir), "started_at": time.time(), "config": job.resolved},
+        )
+
+
+def stored_trials(store: Any, keys: Iterable[str], repeats: int) -> dict[str, list[dict[str, Any]]]:
+    """Resume: the stored rows of each trial key whose ``repeats`` rows are all stored."""
+    found = store.rows_for(list(keys))
+    return {
+        k: rows for k, rows in found.items() if {r["repeat"] for r in rows} >= set(range(repeats))
+    }
+
+
+def stored_trial(store: Any, key: str, repeats: int) -> list[dict[str, Any]] | None:
+    """Resume: the stored rows of one trial key when all its repeats are stored, else None."""
+    return stored_trials(store, [key], repeats).get(key)

@@ -1,0 +1,54 @@
+"""Where a result came from: the code's commit and the versions of what computed it.
+
+Stamped on every row (``rows.base_row``), so a figure can be traced to the software that made it.
+The package's own version is read from its installed metadata (``pyproject.toml``'s ``version``),
+never written twice.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import platform
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+DISTRIBUTION = "dvfs-orchestrator"
+
+
+@lru_cache(maxsize=1)
+def package_version() -> str:
+    """This package's version, from its installed metadata ("unknown" if not installed)."""
+    try:
+        return md.version(DISTRIBUTION)
+    except md.PackageNotFoundError:
+        return "unknown"
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """The commit of the checkout this package runs from, if any."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def library_versions(framework: str | None = None) -> dict[str, str]:
+    """Versions that matter for a result (the framework only if already imported)."""
+    versions = {"python": platform.python_version(), DISTRIBUTION: package_version()}
+    for dist in ("numpy", "nvidia-ml-py", "ray", "hydra-core"):
+        try:
+            versions[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            pass
+    if framework == "jax" and "jax" in sys.modules:
+        versions["jax"] = sys.modules["jax"].__version__
+    if framework == "tensorflow" and "tensorflow" in sys.modules:
+        versions["tensorflow"] = sys.modules["tensorflow"].__version__
+    return versions

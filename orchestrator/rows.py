@@ -1,0 +1,434 @@
+"""What a trial's row is: its columns, its status, its validity verdict, and what it tells a sweeper.
+
+One row per repeat of a trial. Every row is built here, whether a trial measured it
+(``trial.run_trial``) or the driver wrote it for a trial that returned none (``failure_rows``: a
+worker that died, hung, never started, or a GPU retired before the job), so the two kinds cannot
+drift apart. ``TrialRow`` is the schema: one field per column, in the order a reader meets them.
+
+Two rules live here because everything downstream must agree on them:
+
+- ``fails_setting``: which statuses count against the setting a trial ran at. A wrong or
+  nondeterministic output, a crash or a timeout of the kernel are the setting's failures; a
+  ``device_error`` says the device was unhealthy (lost, XID, ECC, too hot), which is no evidence
+  about the clock. The stability search (``outcome_of``) and ``analysis.thresholds`` both use it.
+- ``validity``: whether a measured window shows what was asked (the clock locked, no thermal
+  throttling, enough energy-counter updates). An invalid row is kept and flagged, never mixed
+  into a front.
+
+``JobResult`` is what a Hydra job returns (``JobReturn.return_value``): a float, so Optuna or any
+sweeper minimises it as an objective, that also carries the trial's ``Outcome`` and keys, so the
+stability sweeper reads each job's verdict without composing jobs or scanning stores.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from orchestrator.devices.base import DeviceIdentity
+    from orchestrator.guard import SettingsRequest
+    from orchestrator.jobs import JobSpec
+    from orchestrator.window import Checks, Window
+
+SCHEMA_VERSION = 1
+
+
+class Status(StrEnum):
+    """A row's ``status``: what happened to the trial at its setting."""
+
+    OK = "ok"
+    WRONG = "wrong"
+    NONDETERMINISTIC = "nondeterministic"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    DEVICE_ERROR = "device_error"
+
+
+SETTING_FAILURES = frozenset(
+    {Status.WRONG, Status.NONDETERMINISTIC, Status.CRASH, Status.TIMEOUT}
+)
+
+
+def fails_setting(status: str | None) -> bool:
+    """True when a row's status counts against its setting (see the module docstring)."""
+    return status in SETTING_FAILURES
+
+
+# --- the schema -------------------------------------------------------------------------------
+@dataclass
+class TrialRow:
+    """Every column of a trial's row, with its type; ``None`` until the trial fills it."""
+
+    # identity
+    schema_version: int
+    sweep_id: str
+    trial_key: str
+    repeat: int
+    host: str
+    started_at: float
+    ended_at: float | None
+    device_index: int
+    device_uuid: str
+    device_name: str
+    driver_version: str | None
+    backend: str
+    framework: str
+    framework_version: str | None
+    workload: str
+    size: str
+    sim_size: str | None
+    dtype: str
+    precision: str
+    # settings asked for
+    sm_clock_min_mhz: int | None
+    sm_clock_max_mhz: int | None
+    mem_clock_mhz: int | None
+    power_limit_w: float | None
+    clock_offset_mhz: int | None
+    default_setting: bool
+    # observed
+    observed_sm_clock_mhz: float | None = None
+    avg_power_w: float | None = None
+    peak_power_w: float | None = None
+    temperature_c: float | None = None
+    throttle_reasons: list[str] = field(default_factory=list)
+    # measured
+    iterations: int | None = None
+    time_s: float | None = None
+    time_per_iter_s: float | None = None
+    throughput: float | None = None
+    tflops: float | None = None
+    gbps: float | None = None
+    energy_j: float | None = None
+    energy_per_iter_j: float | None = None
+    energy_per_tflop_j: float | None = None
+    energy_per_gb_j: float | None = None
+    # checks
+    rel_error: float | None = None
+    max_abs_error: float | None = None
+    nonfinite_count: int | None = None
+    determinism_mismatches: int | None = None
+    status: str | None = None
+    error: str | None = None
+    valid: bool = False
+    invalid_reason: str | None = None
+    # how the energy was measured
+    meter: str | None = None
+    energy_counter_updates: int | None = None
+    energy_counter_period_s: float | None = None
+    window_aligned: bool | None = None
+    energy_note: str | None = None
+    # the work the device was charged (the sim) or ran
+    charged_flops: float | None = None
+    charged_bytes: float | None = None
+    charged_launches: int | None = None
+    work_source: str | None = None
+    work_note: str | None = None
+    # the check run after the window
+    digest: str | None = None
+    checked_iters: int | None = None
+    check_time_s: float | None = None
+    # provenance
+    config: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    git_commit: str | None = None
+    config_hash: str | None = None
+
+
+def base_row(
+    job: JobSpec, identity: DeviceIdentity, *, sweep_id: str, host: str | None = None
+) -> dict[str, Any]:
+    """The row of ``job`` on the GPU ``identity`` before anything is measured (repeat 0)."""
+    from orchestrator.provenance import git_commit, library_versions
+
+    cfg, request = job.config, job.request
+    sm = request.sm_clock_mhz
+    sim = identity.backend == "sim"
+    row = TrialRow(
+        schema_version=SCHEMA_VERSION, sweep_id=sweep_id, trial_key=job.trial_key(identity.uuid),
+        repeat=0, host=host or socket.gethostname(), started_at=time.time(), ended_at=None,
+        device_index=identity.index, device_uuid=identity.uuid, device_name=identity.name,
+        driver_version=identity.driver_version, backend=identity.backend,
+        framework=cfg.framework.name, framework_version=None, workload=cfg.workload.name,
+        size=cfg.workload.size, sim_size=cfg.workload.sim_size if sim else None,
+        dtype=cfg.workload.dtype, precision=cfg.framework.precision,
+        sm_clock_min_mhz=sm[0] if sm else None, sm_clock_max_mhz=sm[1] if sm else None,
+        mem_clock_mhz=request.mem_clock_mhz, power_limit_w=request.power_limit_w,
+        clock_offset_mhz=request.clock_offset_mhz, default_setting=request.is_default,
+        digest=cfg.measure.digest, config=job.resolved, versions=library_versions(),
+        git_commit=git_commit(), config_hash=job.config_hash,
+    )
+    return asdict(row)
+
+
+def fail_rows(
+    rows: list[dict[str, Any]], base: Mapping[str, Any], repeats: int, status: str, error: str
+) -> None:
+    """Mark the repeat in flight (and those not reached) as failed with ``status``."""
+    if rows and rows[-1].get("status") is None:
+        rows[-1].update(status=status, error=error, ended_at=time.time(), valid=False)
+    while len(rows) < repeats:
+        rows.append(
+            dict(base, repeat=len(rows), status=status, error=error, ended_at=time.time(),
+                 valid=False)
+        )
+
+
+def failure_rows(
+    job: JobSpec, identity: DeviceIdentity, status: str, error: str, *,
+    sweep_id: str, host: str | None = None,
+) -> list[dict[str, Any]]:
+    """Rows for a trial that returned none: its worker died, hung or never started, or its GPU
+    was retired before it ran. One row per repeat, each with ``status`` and ``error``."""
+    rows: list[dict[str, Any]] = []
+    fail_rows(rows, base_row(job, identity, sweep_id=sweep_id, host=host), job.repeats,
+              status, error)
+    return rows
+
+
+# --- filling a measured row -------------------------------------------------------------------
+def fill_measured(row: dict[str, Any], window: Window, counts: Any, job: JobSpec) -> None:
+    """The window's time, energy and observations, the rates per unit of work, and the verdict."""
+    meas = window.measurement
+    n, t, energy = window.iterations, meas.time_s, meas.energy_j
+    row.update(
+        iterations=n,
+        time_s=t,
+        time_per_iter_s=t / n if n else None,
+        throughput=n / t if t > 0 else None,
+        energy_j=energy,
+        energy_per_iter_j=energy / n if n and energy is not None else None,
+        avg_power_w=meas.avg_power_w,
+        peak_power_w=meas.peak_power_w,
+        observed_sm_clock_mhz=meas.mean_sm_clock_mhz,
+        throttle_reasons=meas.reasons.names(),
+        meter=meas.method,
+        energy_counter_updates=meas.counter_updates,
+        energy_counter_period_s=meas.counter_period_s,
+        window_aligned=window.aligned,
+    )
+    tflop = counts.flops * n / 1e12
+    gb = counts.bytes_moved * n / 1e9
+    if t > 0:
+        row["tflops"] = tflop / t
+        row["gbps"] = gb / t
+    if energy is not None:
+        row["energy_per_tflop_j"] = energy / tflop if tflop > 0 else None
+        row["energy_per_gb_j"] = energy / gb if gb > 0 else None
+    reason = validity(meas, job.request, job.config.measure)
+    row["valid"] = reason is None
+    row["invalid_reason"] = reason
+
+
+def validity(meas: Any, request: SettingsRequest, measure: Any) -> str | None:
+    """Why a window does not show what was asked (None: it does).
+
+    Invalid when the observed SM clock fell more than ``measure.clock_tolerance_mhz`` below the
+    clock asked (naming the throttle reasons that fired), when a counter-metered window spanned
+    fewer than ``measure.min_counter_updates`` energy-counter updates, or when any thermal
+    throttle reason fired during the window.
+
+    Args:
+        meas: the window's ``meter.Measurement``.
+        request: the settings the trial asked for.
+        measure: the job's ``measure`` config.
+    """
+    reasons = []
+    asked = request.sm_clock_mhz
+    observed = meas.mean_sm_clock_mhz
+    names = meas.reasons.names()
+    if asked is not None and observed is not None and (
+        observed < asked[0] - measure.clock_tolerance_mhz
+    ):
+        fired = [r for r in names if r not in ("applications_clocks_setting", "gpu_idle")]
+        reasons.append(
+            f"observed SM clock {observed:.0f} MHz is below the {asked[0]} MHz asked"
+            + (f" ({', '.join(fired)})" if fired else "")
+        )
+    if meas.method == "counter" and (meas.counter_updates or 0) < measure.min_counter_updates:
+        reasons.append(
+            f"the window spanned {meas.counter_updates} energy-counter updates "
+            f"(< {measure.min_counter_updates}): lengthen measure.window_s"
+        )
+    thermal = [r for r in names if "thermal" in r]
+    if thermal:
+        reasons.append(f"thermal throttling during the window ({', '.join(thermal)})")
+    return "; ".join(reasons) or None
+
+
+def fill_checks(row: dict[str, Any], checks: Checks, reference: np.ndarray, job: JobSpec) -> None:
+    """The correctness checks of the window's outputs, and the status they give."""
+    from kernels import check_outputs
+
+    cfg = job.config
+    result = check_outputs(
+        checks.sampled,
+        reference,
+        cfg.workload.dtype,
+        cfg.framework.precision,
+        cfg.workload.name,
+        digests=checks.digests,
+    )
+    row.update(
+        rel_error=float(result.rel_error),
+        max_abs_error=float(result.max_abs_error),
+        nonfinite_count=int(result.nonfinite_count),
+        determinism_mismatches=int(result.determinism_mismatches),
+        status=result.verdict.value,
+        checked_iters=checks.calls,
+        check_time_s=checks.time_s,
+    )
+
+
+# --- what rows tell a person -----------------------------------------------------------------
+def summarise(rows: Sequence[Mapping[str, Any]], label: str) -> str:
+    """One line per repeat: status, throughput, power, energy, validity."""
+    lines = []
+    for r in rows:
+        if r.get("iterations"):
+            energy = (
+                "no energy measured"  # device=cpu without a readable RAPL counter
+                if r.get("energy_j") is None
+                else f"{r['avg_power_w']:.0f} W avg, {r['energy_per_iter_j']:.4g} J/iter"
+            )
+            lines.append(
+                f"{label} #{r['repeat']}: {r['status']}, "
+                f"{r['iterations']} iters in {r['time_s']:.3f} s, "
+                f"{r['tflops'] or 0:.2f} TFLOP/s, {energy}, "
+                f"SM {r['observed_sm_clock_mhz'] or 0:.0f} MHz"
+                + ("" if r["valid"] else f", INVALID: {r['invalid_reason']}")
+            )
+        else:
+            first = (r.get("error") or "").splitlines()[0] if r.get("error") else ""
+            lines.append(f"{label} #{r['repeat']}: {r['status']}: {first}")
+    return "\n".join(lines)
+
+
+# --- what rows tell a sweeper -----------------------------------------------------------------
+def objective(rows: Sequence[Mapping[str, Any]], name: str) -> float:
+    """What a job returns to a sweeper: lower is better; a failed check, a measurement flagged
+    invalid (the device did not run at the setting asked), or an energy objective on a device
+    that measured no energy (``device=cpu`` without RAPL) is infinity."""
+    ok = [r for r in rows if r.get("status") == Status.OK and r.get("valid")]
+    if len(ok) < len(rows) or not ok:
+        return float("inf")
+    t = float(np.median([r["time_per_iter_s"] for r in ok]))
+    if name == "time_per_work":
+        return t
+    energies = [r["energy_per_iter_j"] for r in ok]
+    if any(e is None for e in energies):
+        return float("inf")
+    e = float(np.median(energies))
+    return {"energy_per_work": e, "edp": e * t, "ed2p": e * t * t}[name]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one trial said about its setting.
+
+    Attributes:
+        passed: True (every repeat ok and valid), False (a repeat failed the setting:
+            ``fails_setting``), None (no evidence: ok but invalid, a device error, or no row).
+        iterations: kernel calls the trial ran and checked (all repeats).
+        status: ``ok`` or the first status that was not.
+        reason: why it failed or is inconclusive (the row's error or invalid reason).
+    """
+
+    passed: bool | None
+    iterations: int
+    status: str
+    reason: str | None = None
+
+
+def checked_calls(row: Mapping[str, Any]) -> int:
+    """The calls of a trial whose outputs were checked (``checked_iters``; rows stored before it
+    existed checked every timed call, so ``iterations``)."""
+    checked = row.get("checked_iters")
+    return int(row.get("iterations") or 0) if checked is None else int(checked)
+
+
+def _first_line(text: Any) -> str | None:
+    lines = str(text or "").strip().splitlines()
+    return lines[0] if lines else None
+
+
+def outcome_of(rows: Sequence[Mapping[str, Any]]) -> Outcome:
+    """The outcome of one trial from its rows (one per repeat)."""
+    if not rows:
+        return Outcome(None, 0, "missing", "the trial stored no row")
+    iterations = sum(checked_calls(r) for r in rows)
+    failed = [r for r in rows if fails_setting(r.get("status"))]
+    if failed:
+        return Outcome(False, iterations, str(failed[0]["status"]), _first_line(failed[0].get("error")))
+    other = [r for r in rows if r.get("status") != Status.OK]
+    if other:  # a device error: the device, not the setting; no evidence either way
+        status = str(other[0].get("status"))
+        return Outcome(None, iterations, status, _first_line(other[0].get("error")) or status)
+    invalid = [r for r in rows if r.get("valid") is not True]
+    if invalid:
+        why = invalid[0].get("invalid_reason") or "no reason recorded"
+        return Outcome(None, iterations, Status.OK.value, f"invalid: {why}")
+    return Outcome(True, iterations, Status.OK.value)
+
+
+class JobResult(float):
+    """A job's objective (a float any sweeper can minimise) carrying its trial's outcome and keys.
+
+    Attributes:
+        outcome: ``outcome_of`` the job's rows.
+        trial_keys: the trial keys of its rows, distinct, in row order (one per GPU it ran on).
+    """
+
+    outcome: Outcome
+    trial_keys: tuple[str, ...]
+
+    def __new__(
+        cls, value: float, outcome: Outcome, trial_keys: Iterable[str] = ()
+    ) -> JobResult:
+        """A result of objective ``value``."""
+        self = super().__new__(cls, value)
+        self.outcome = outcome
+        self.trial_keys = tuple(dict.fromkeys(trial_keys))
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (JobResult, (float(self), self.outcome, self.trial_keys))
+
+    def __repr__(self) -> str:
+        return f"JobResult({float(self)!r}, {self.outcome!r}, {self.trial_keys!r})"
+
+    @classmethod
+    def of(cls, rows: Sequence[Mapping[str, Any]], objective_name: str) -> JobResult:
+        """The result of one trial's rows."""
+        return cls(objective(rows, objective_name), outcome_of(rows),
+                   (str(r["trial_key"]) for r in rows))
+
+    @classmethod
+    def combine(cls, results: Sequence[JobResult]) -> JobResult:
+        """One job's result over the GPUs it ran on (``placement=every``): the worst objective;
+        the first failing outcome, else the first inconclusive one, else a pass; every key."""
+        if not results:
+            return cls.missing()
+        value = max(float(r) for r in results)
+        outcomes = [r.outcome for r in results]
+        worst = next((o for o in outcomes if o.passed is False), None) or next(
+            (o for o in outcomes if o.passed is None), None
+        )
+        iterations = sum(o.iterations for o in outcomes)
+        outcome = Outcome(
+            worst.passed if worst else True, iterations,
+            worst.status if worst else Status.OK.value, worst.reason if worst else None,
+        )
+        return cls(value, outcome, (k for r in results for k in r.trial_keys))
+
+    @classmethod
+    def missing(cls) -> JobResult:
+        """A job that stored nothing."""
+        return cls(float("inf"), outcome_of([]))
