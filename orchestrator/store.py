@@ -101,10 +101,6 @@ class CorruptStoreError(StoreError):
     """The file is not an SQLite database, or is a malformed one; it is left in place."""
 
 
-class SweepDirBusyError(StoreError):
-    """Another live process is running a sweep into this directory."""
-
-
 def _to_json_value(value: Any, where: str) -> Any:
     """Converts one row value to plain JSON types.
 
@@ -565,62 +561,3 @@ def find_stores(path: str | Path) -> list[Path]:
             found.append(Path(root) / STORE_FILENAME)
     return sorted(found)
 
-
-# --- one sweep per directory ------------------------------------------------------------------
-SWEEP_LOCK_FILENAME = ".dvfs-sweep.lock"
-_SWEEP_OWNER_FILENAME = ".dvfs-sweep.owner"
-_claimed: dict[Path, Any] = {}  # sweep directory -> the FileLock this process holds on it
-
-
-def claim_sweep_dir(store_dir: str | Path) -> None:
-    """Make this process the one sweep writing into ``store_dir`` until ``release_sweep_dirs``.
-
-    Two sweeps writing one directory at once would each run the jobs the other has not stored
-    yet, and with ``placement=any`` store the same job twice (once per GPU). The claim is an
-    exclusive lock on ``<store_dir>/.dvfs-sweep.lock`` (the OS drops it when its holder dies,
-    even by ``kill -9``, so a resume after a crash is never refused); a claim this process holds
-    already is a no-op. Readers (``dvfs report``) take no claim.
-
-    Raises:
-        SweepDirBusyError: another live process holds it (the message names it).
-    """
-    from filelock import FileLock, Timeout
-
-    d = Path(store_dir).resolve()
-    if d in _claimed:
-        return
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise StoreError(f"cannot create sweep directory {d}: {e}") from e
-    lock = FileLock(d / SWEEP_LOCK_FILENAME)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        try:
-            owner = json.loads((d / _SWEEP_OWNER_FILENAME).read_text())
-            who = f"pid {owner['pid']} on {owner['host']}, since {time.ctime(owner['since'])}"
-        except (OSError, ValueError, KeyError, TypeError):
-            who = "another process"
-        raise SweepDirBusyError(
-            f"{d} is being written by another sweep ({who}): wait for it to end, or give "
-            f"this sweep another hydra.sweep.dir"
-        ) from None
-    import socket
-
-    owner_path = d / _SWEEP_OWNER_FILENAME
-    tmp = owner_path.with_suffix(f".tmp{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                   "since": time.time()}))
-        os.replace(tmp, owner_path)
-    except OSError:  # who holds it is only for the message; a full disk must not stop the claim
-        tmp.unlink(missing_ok=True)
-    _claimed[d] = lock
-
-
-def release_sweep_dirs() -> None:
-    """Release every sweep directory this process claimed (the end of ``dvfs sweep``)."""
-    while _claimed:
-        _, lock = _claimed.popitem()
-        lock.release()

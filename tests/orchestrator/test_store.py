@@ -260,7 +260,7 @@ def test_a_full_store_is_a_storage_error_that_keeps_every_row_and_says_how_to_re
 # --- one sweep per directory ---------------------------------------------------------------------
 HOLDER = textwrap.dedent("""
     import sys, time
-    from orchestrator.store import claim_sweep_dir
+    from orchestrator.sweep_lock import claim_sweep_dir
     claim_sweep_dir(sys.argv[1])
     print("held", flush=True)
     time.sleep(600)
@@ -268,7 +268,7 @@ HOLDER = textwrap.dedent("""
 
 
 def test_a_sweep_directory_is_claimed_by_one_process_until_it_dies(tmp_path):
-    from orchestrator.store import SweepDirBusyError, claim_sweep_dir, release_sweep_dirs
+    from orchestrator.sweep_lock import SweepDirBusyError, claim_sweep_dir, release_sweep_dirs
 
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)],
                               stdout=subprocess.PIPE, text=True, env=_env())
