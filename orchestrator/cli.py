@@ -34,7 +34,8 @@ commands:
   report DIR... [--out DIR]      energy Pareto fronts, optimal settings, thresholds, plots
 
 examples:
-  dvfs sweep -m workload=gemm,stencil framework=jax,tensorflow device.sm_clock_mhz=range(510,1411,150)
+  dvfs sweep -m workload=gemm,stencil framework=jax,tensorflow \\
+      device.sm_clock_mhz=range(510,1411,150)
   dvfs devices device=sim device.count=4 --json
   dvfs report multirun/2026-12-02/15-00-00
 
@@ -51,7 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command, rest = args[0], args[1:]
     commands = {"sweep": _sweep, "devices": _devices, "restore": _restore, "report": _report}
     if command not in commands:
-        print(f"dvfs: unknown command {command!r}; commands: {', '.join(commands)}", file=sys.stderr)
+        known = ", ".join(commands)
+        print(f"dvfs: unknown command {command!r}; commands: {known}", file=sys.stderr)
         return 2
     from orchestrator import interrupt
 
@@ -89,7 +91,9 @@ def _sweep(rest: list[str]) -> int:
 # --- devices ----------------------------------------------------------------------------------
 def _split(rest: list[str], prog: str, description: str) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog=f"dvfs {prog}", description=description)
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. device=sim device.count=4")
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides, e.g. device=sim device.count=4"
+    )
     if prog == "devices":
         parser.add_argument("--json", action="store_true", help="machine-readable output")
     ns = parser.parse_args(rest)  # argparse itself exits 2 on a bad flag
@@ -101,7 +105,9 @@ def _device_cfg(overrides: list[str]) -> tuple[Any, str | None]:
     from orchestrator.config import compose, validate_static
     from orchestrator.devices import nvml_available
 
-    chose_backend = any(o.split("=", 1)[0].lstrip("+~") in ("device", "device.backend") for o in overrides)
+    chose_backend = any(
+        o.split("=", 1)[0].lstrip("+~") in ("device", "device.backend") for o in overrides
+    )
     note = None
     if not chose_backend:
         if nvml_available():
@@ -122,7 +128,8 @@ def _devices(rest: list[str]) -> int:
         devices = select_devices(backend, device_cfg.gpus)
         listing = [_describe(d) for d in devices]
     if ns.json:
-        print(json.dumps({"backend": device_cfg.backend, "note": note, "devices": listing}, indent=2))
+        listed = {"backend": device_cfg.backend, "note": note, "devices": listing}
+        print(json.dumps(listed, indent=2))
         return 0
     if note:
         print(note)
@@ -147,7 +154,9 @@ def _describe(device: Any) -> dict[str, Any]:
         "power_limit_min_w": caps.power_limit_min_w,
         "power_limit_max_w": caps.power_limit_max_w,
         "power_limit_default_w": caps.power_limit_default_w,
-        "clock_offset_range_mhz": list(caps.clock_offset_range_mhz) if caps.clock_offset_range_mhz else None,
+        "clock_offset_range_mhz": (
+            list(caps.clock_offset_range_mhz) if caps.clock_offset_range_mhz else None
+        ),
         "has_energy_counter": caps.has_energy_counter,
         "has_power_sensor": caps.has_power_sensor,
         "energy_note": caps.energy_note,
@@ -166,15 +175,19 @@ def _format_device(d: dict[str, Any]) -> str:
     if d["backend"] == "cpu":
         return _format_cpu(d)
     offset = d["clock_offset_range_mhz"]
+    joules = d["energy_j"]
+    energy = "no energy counter" if joules is None else f"energy counter {joules:.1f} J"
     lines = [
-        f"[{d['index']}] {d['name']}  {d['uuid']}  pci {d['pci_bus_id']}  ({d['backend']}, driver {d['driver_version']}, {d['architecture']})",
-        f"    SM clocks     {d['sm_clock_min_mhz']}-{d['sm_clock_max_mhz']} MHz ({d['sm_clock_count']} supported)"
+        f"[{d['index']}] {d['name']}  {d['uuid']}  pci {d['pci_bus_id']}  "
+        f"({d['backend']}, driver {d['driver_version']}, {d['architecture']})",
+        f"    SM clocks     {d['sm_clock_min_mhz']}-{d['sm_clock_max_mhz']} MHz "
+        f"({d['sm_clock_count']} supported)"
         f"   memory {', '.join(map(str, d['mem_clocks_mhz']))} MHz",
-        f"    power limit   {d['power_limit_min_w']:g}-{d['power_limit_max_w']:g} W (default {d['power_limit_default_w']:g} W)"
+        f"    power limit   {d['power_limit_min_w']:g}-{d['power_limit_max_w']:g} W "
+        f"(default {d['power_limit_default_w']:g} W)"
         f"   clock offset {f'{offset[0]}..{offset[1]} MHz' if offset else 'unsupported'}",
-        f"    now           SM {d['sm_clock_mhz']} MHz, memory {d['mem_clock_mhz']} MHz, limit {d['power_limit_w']:g} W, "
-        f"{d['power_w']:.0f} W, {d['temperature_c']} C"
-        + (f", energy counter {d['energy_j']:.1f} J" if d["energy_j"] is not None else ", no energy counter"),
+        f"    now           SM {d['sm_clock_mhz']} MHz, memory {d['mem_clock_mhz']} MHz, "
+        f"limit {d['power_limit_w']:g} W, {d['power_w']:.0f} W, {d['temperature_c']} C, {energy}",
     ]
     return "\n".join(lines)
 
@@ -212,7 +225,8 @@ def _restore(rest: list[str]) -> int:
     for action in actions:
         print(action.describe())
     busy = [a for a in actions if a.skipped_reason]
-    print(f"restored {len(actions) - len(busy)} device(s) from {directory}" + (f", {len(busy)} in use" if busy else ""))
+    in_use = f", {len(busy)} in use" if busy else ""
+    print(f"restored {len(actions) - len(busy)} device(s) from {directory}{in_use}")
     return 0
 
 

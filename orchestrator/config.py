@@ -44,12 +44,12 @@ class DeviceConfig:
     power_limit_w: Optional[float] = None  # power-management limit
     clock_offset_mhz: Optional[int] = None  # GPC clock offset
     # --- the guard ---
-    journal_dir: Optional[str] = None  # where the restore journal lives (default: see journal_dir())
+    journal_dir: Optional[str] = None  # where the restore journal lives (default: journal_dir())
     policy_file: Optional[str] = None  # YAML/JSON of allowed ranges; None: the device's own ranges
     # --- the simulated GPU (backend=sim only) ---
     profile: str = "a100_sxm4_40gb"  # a profile under conf/device/profile/, or a YAML file path
     count: int = 1  # how many simulated GPUs
-    state_dir: Optional[str] = None  # the sim's on-disk state; default $DVFS_SIM_STATE_DIR or ~/.cache
+    state_dir: Optional[str] = None  # the sim's state; default $DVFS_SIM_STATE_DIR or ~/.cache
     seed: int = 0  # silicon lottery: seeds UUIDs and stability thresholds
     privileged: bool = True  # false: setters fail with NVML_ERROR_NO_PERMISSION, as without root
     scenario: Optional[str] = None  # a ready fault scenario, e.g. "seed_claims"
@@ -165,7 +165,9 @@ def parse_sm_clock(value: Any) -> tuple[int, int] | None:
     if len(items) == 2 and all(_is_number(v) for v in items):
         shown = f"[{items[0]}, {items[1]}]"
         return _whole_mhz(items[0], shown), _whole_mhz(items[1], shown)
-    raise UserError(f"device.sm_clock_mhz={_show(value)} must be a clock in MHz or a [min, max] pair")
+    raise UserError(
+        f"device.sm_clock_mhz={_show(value)} must be a clock in MHz or a [min, max] pair"
+    )
 
 
 def _show(value: Any) -> str:
@@ -190,8 +192,8 @@ def _check_gpus(gpus: Any) -> None:
         if isinstance(g, int) and not isinstance(g, bool) and g >= 0:
             continue
         raise UserError(
-            f"device.gpus={_show(gpus)}: {_show(g)} is neither an NVML index (0, 1, ...) nor a UUID "
-            f"or PCI bus id"
+            f"device.gpus={_show(gpus)}: {_show(g)} is neither an NVML index (0, 1, ...) "
+            "nor a UUID or PCI bus id"
         )
 
 
@@ -208,7 +210,8 @@ def _check_planted(planted: Any) -> None:
         for cls, mhz in per_class.items():
             if not _is_number(mhz) or not _finite(mhz) or mhz != int(mhz) or mhz < 0:
                 raise UserError(
-                    f"device.planted_thresholds: GPU {gpu}, class {cls}: {_show(mhz)} is not a clock in MHz"
+                    f"device.planted_thresholds: GPU {gpu}, class {cls}: {_show(mhz)} "
+                    "is not a clock in MHz"
                 )
 
 
@@ -258,6 +261,24 @@ def validate_static(cfg: Any) -> None:
     check_choice("measure.meter", m.meter, METERS)
     check_choice("measure.digest", m.digest, DIGESTS)
     check_choice("objective", cfg.objective, OBJECTIVES)
+    _check_signs(cfg)
+    _check_measure_counts(m)
+    if d.backend == "sim" and d.count > MAX_SIM_GPUS:
+        raise UserError(f"device.count={d.count}: a simulated machine has 1-{MAX_SIM_GPUS} GPUs")
+    parse_sm_clock(d.sm_clock_mhz)
+    if d.power_limit_w is not None and not (d.power_limit_w > 0 and _finite(d.power_limit_w)):
+        raise UserError(
+            f"device.power_limit_w={d.power_limit_w} must be a finite number greater than 0"
+        )
+    _check_gpus(d.gpus)
+    _check_planted(d.planted_thresholds)
+    if d.backend == "cpu":
+        _check_cpu(d, m)
+
+
+def _check_signs(cfg: Any) -> None:
+    """Values that must be greater than 0, and values that must be 0 or more; all finite."""
+    d, m = cfg.device, cfg.measure
     positive = {
         "measure.window_s": m.window_s,
         "measure.min_iters": m.min_iters,
@@ -288,9 +309,14 @@ def validate_static(cfg: Any) -> None:
             raise UserError(f"{key}={value} must be 0 or more")
         if not _finite(value):
             raise UserError(f"{key}={value} must be a finite number")
+
+
+def _check_measure_counts(m: Any) -> None:
+    """The window's call counts agree with each other and stay under the caps."""
     if m.check_iters is not None and not 0 < m.check_iters <= m.max_iters:
         raise UserError(
-            f"measure.check_iters={m.check_iters} must be between 1 and measure.max_iters={m.max_iters}"
+            f"measure.check_iters={m.check_iters} must be between 1 and "
+            f"measure.max_iters={m.max_iters}"
         )
     if m.min_iters > m.max_iters:
         raise UserError(f"measure.min_iters={m.min_iters} is above measure.max_iters={m.max_iters}")
@@ -298,18 +324,9 @@ def validate_static(cfg: Any) -> None:
         raise UserError(f"measure.repeats={m.repeats} must be at most {MAX_REPEATS}")
     if m.reference_samples > MAX_REFERENCE_SAMPLES:
         raise UserError(
-            f"measure.reference_samples={m.reference_samples} must be at most {MAX_REFERENCE_SAMPLES} "
-            f"(calls 1, 2, 4, ... are compared with the reference)"
+            f"measure.reference_samples={m.reference_samples} must be at most "
+            f"{MAX_REFERENCE_SAMPLES} (calls 1, 2, 4, ... are compared with the reference)"
         )
-    if d.backend == "sim" and d.count > MAX_SIM_GPUS:
-        raise UserError(f"device.count={d.count}: a simulated machine has 1-{MAX_SIM_GPUS} GPUs")
-    parse_sm_clock(d.sm_clock_mhz)
-    if d.power_limit_w is not None and not (d.power_limit_w > 0 and _finite(d.power_limit_w)):
-        raise UserError(f"device.power_limit_w={d.power_limit_w} must be a finite number greater than 0")
-    _check_gpus(d.gpus)
-    _check_planted(d.planted_thresholds)
-    if d.backend == "cpu":
-        _check_cpu(d, m)
 
 
 SETTINGS_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_mhz")
@@ -347,7 +364,8 @@ def hydra_user_error(e: BaseException) -> UserError | None:
 
     if isinstance(e, UserError):
         return e
-    if isinstance(e, (ValueError, TypeError, ArithmeticError)) and _raised_in(e, ("hydra", "omegaconf")):
+    conversion = isinstance(e, (ValueError, TypeError, ArithmeticError))
+    if conversion and _raised_in(e, ("hydra", "omegaconf")):
         # Hydra's defaults list raises plain ValueErrors about the input ("Config group override
         # must be a string or a list"), not HydraExceptions.
         return UserError(one_line(str(e)))

@@ -105,7 +105,9 @@ def validate_workload(cfg: Any) -> Any:
 def machine_key(device: Mapping[str, Any]) -> str:
     """Which machine a job's device config opens: the config less the per-job keys."""
     return json.dumps(
-        {k: v for k, v in dict(device).items() if k not in PER_JOB_KEYS}, sort_keys=True, default=str
+        {k: v for k, v in dict(device).items() if k not in PER_JOB_KEYS},
+        sort_keys=True,
+        default=str,
     )
 
 

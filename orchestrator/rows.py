@@ -1,4 +1,4 @@
-"""What a trial's row is: its columns, its status, its validity verdict, and what it tells a sweeper.
+"""What a trial's row is: its columns, its status, its validity, and what it tells a sweeper.
 
 One row per repeat of a trial. Every row is built here, whether a trial measured it
 (``trial.run_trial``) or the driver wrote it for a trial that returned none (``failure_rows``: a
@@ -366,7 +366,8 @@ def outcome_of(rows: Sequence[Mapping[str, Any]]) -> Outcome:
     iterations = sum(checked_calls(r) for r in rows)
     failed = [r for r in rows if fails_setting(r.get("status"))]
     if failed:
-        return Outcome(False, iterations, str(failed[0]["status"]), _first_line(failed[0].get("error")))
+        first = failed[0]
+        return Outcome(False, iterations, str(first["status"]), _first_line(first.get("error")))
     other = [r for r in rows if r.get("status") != Status.OK]
     if other:  # a device error: the device, not the setting; no evidence either way
         status = str(other[0].get("status"))

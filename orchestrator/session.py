@@ -44,7 +44,9 @@ class GpuSession:
         self._machine: str | None = None
         self._contexts: dict[str, Any] = {}  # device uuid -> TrialContext
 
-    def context(self, device_cfg: Any, *, sweep_id: str = "", device_uuid: str | None = None) -> Any:
+    def context(
+        self, device_cfg: Any, *, sweep_id: str = "", device_uuid: str | None = None
+    ) -> Any:
         """The ``TrialContext`` of one GPU (opened once, then reused).
 
         Args:

@@ -75,23 +75,20 @@ def paired_ratio(series: list[float], bare: list[float]) -> float:
 
 
 def _trial(ctx: Any, overrides: list[str]) -> dict[str, Any]:
-    from omegaconf import OmegaConf
-
-    from orchestrator.config import compose, validate_static
+    from orchestrator.config import compose
+    from orchestrator.jobs import JobSpec
     from orchestrator.trial import run_trial
 
-    cfg = compose(overrides)
-    validate_static(cfg)
-    (row,) = run_trial(ctx, cfg, OmegaConf.to_container(cfg, resolve=True))
+    (row,) = run_trial(ctx, JobSpec.from_config(compose(overrides)))
     if row["status"] in ("crash", "timeout", "device_error"):
         raise RuntimeError(f"trial {row['status']}: {row.get('error')}")
     return row  # a failed check (wrong, nondeterministic) still timed its window
 
 
-def bench_pair(workload: str, framework: str, args: argparse.Namespace) -> dict[str, Any]:
+def bench_pair(
+    workload: str, framework: str, args: argparse.Namespace, session: Any
+) -> dict[str, Any]:
     """One workload x framework: the trial's time per iteration against the bare loop's."""
-    from orchestrator.app import open_context
-
     overrides = [
         f"device={args.device}", f"workload={workload}", f"framework={framework}",
         f"workload.size={args.preset}", f"measure.window_s={args.window_s}", "measure.repeats=1",
@@ -103,7 +100,7 @@ def bench_pair(workload: str, framework: str, args: argparse.Namespace) -> dict[
         overrides.append("device.observe_only=true")
     from orchestrator.config import compose
 
-    ctx = open_context(compose(overrides).device)
+    ctx = session.context(compose(overrides).device)
     trial_s, bare_s, control_s = [], [], []
     row: dict[str, Any] = _trial(ctx, overrides)  # builds (and caches) the kernel
     kernel = ctx.kernels.get(
@@ -180,21 +177,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
     args = parser.parse_args(argv)
 
-    from orchestrator.app import close_session
+    from orchestrator.session import GpuSession
 
     rows = []
-    try:
+    with GpuSession() as session:
         for framework in args.frameworks:
             for workload in args.workloads:
                 try:
-                    rows.append(bench_pair(workload, framework, args))
+                    rows.append(bench_pair(workload, framework, args, session))
                 except Exception as e:  # noqa: BLE001 - one failing pair never stops the others
                     rows.append({"workload": workload, "framework": framework, "error": str(e)})
                 r = rows[-1]
                 shown = f"ratio {r['ratio']:.3f}" if "ratio" in r else f"failed: {r['error']}"
                 print(f"{workload}/{framework}: {shown}", file=sys.stderr, flush=True)
-    finally:
-        close_session()
     print(markdown(rows))
     worst = max((r["ratio"] for r in rows if "ratio" in r), default=float("nan"))
     print(f"\nworst trial/bare ratio {worst:.3f} (target <= {TARGET_RATIO})")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
 
 from orchestrator.config import compose
-from orchestrator.trial import objective, run_trial
+from orchestrator.jobs import JobSpec
+from orchestrator.rows import objective
+from orchestrator.trial import run_trial
 
 def test_counter_energy_equals_model_power_times_time(run):
     rows, _ = run("measure.window_s=10", "device.energy_update_period_s=0.02")
@@ -55,7 +56,7 @@ def test_a_kernel_that_raises_is_a_crash_row_and_the_device_is_restored(run):
     rows, ctx = run("device.power_limit_w=250", "measure.repeats=2")
     ctx.kernels = Exploding()
     cfg = compose(["workload.size=tiny", "measure=quick", "device.power_limit_w=250", "measure.repeats=2"])
-    crashed = run_trial(ctx, cfg, OmegaConf.to_container(cfg, resolve=True))
+    crashed = run_trial(ctx, JobSpec.from_config(cfg))
     assert [r["status"] for r in crashed] == ["crash", "crash"]
     assert "CUDA_ERROR_ILLEGAL_ADDRESS" in crashed[0]["error"]
     assert ctx.device.settings().power_limit_w == 400
