@@ -16,13 +16,12 @@ from orchestrator.devices.sim import model
 from orchestrator.devices.sim.profile import load_profile
 from orchestrator.errors import UserError
 from orchestrator.guard import Policy, SettingsRequest
+from orchestrator.rows import Outcome, outcome_of
 from orchestrator.search import (
     SETTINGS,
-    Outcome,
     SearchOptions,
     ThresholdSearch,
     coarse_indices,
-    outcome_of,
     run_search,
     search_values,
 )
@@ -161,6 +160,25 @@ def test_outcome_of_rows():
     assert outcome_of([ok, bad]) == Outcome(False, 80, "wrong", "rel error 3e-2")
     inv = dict(ok, valid=False, invalid_reason="clock did not lock")
     assert outcome_of([inv]).passed is None and outcome_of([]).passed is None
+
+
+def test_a_device_error_is_no_evidence_about_the_setting():
+    """A lost GPU at a value is inconclusive (retried), never the value's failure."""
+    lost = {"status": "device_error", "valid": False, "iterations": 0, "error": "GPU lost (XID 79)"}
+    outcome = outcome_of([lost])
+    assert outcome.passed is None and outcome.status == "device_error"
+    lost_once: set[float] = set()
+
+    def trial(p):  # the threshold is at 3; the first trial at 5 loses its GPU
+        if p.value == 5 and 5 not in lost_once:
+            lost_once.add(5)
+            return outcome_of([lost])
+        ok = p.value >= 3
+        return Outcome(ok, 100, "ok" if ok else "wrong")
+
+    r = run_search(ThresholdSearch(list(range(8)), 200, coarse_points=8, confirm_trials=1), trial)
+    assert r.stable_value == 3 and r.failing_value == 2 and not r.non_monotone
+    assert r.failure_statuses == "wrong×1" and "device_error" not in (r.note or "")
 
 
 # --- the search space -------------------------------------------------------------------------
