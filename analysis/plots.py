@@ -539,10 +539,10 @@ def plot_clocks(
         for key, tpos in group_positions(thr, [c for c in scols if c in thr.columns]):
             name = series_label(key, scols)
             t = thr.iloc[tpos]
-            hf = numeric(t["highest_failing_mhz"])
+            hf = numeric(t["failing_value"])
             if name not in styles or not np.isfinite(hf).any():
                 continue
-            ls_ = numeric(t["lowest_stable_mhz"])
+            ls_ = numeric(t["stable_value"])
             stable = float(np.nanmax(ls_)) if np.isfinite(ls_).any() else np.nan
             shared.setdefault((float(np.nanmax(hf)), stable), []).append(name)
         lo = np.nanmin(xs) if np.isfinite(xs).any() else 0.0

@@ -139,7 +139,7 @@ _READABLE = {
     "time_per_iter_s": "time/iter (s)", "energy_per_iter_j": "energy/iter (J)",
     "saving_pct": "energy saved (%)", "slowdown_pct": "slowdown (%)",
     "saving_beyond_spread": "beyond spread", "n_repeats": "repeats",
-    "lowest_stable_mhz": "lowest stable (MHz)", "highest_failing_mhz": "highest failing (MHz)",
+    "stable_value": "lowest stable (MHz)", "failing_value": "highest failing (MHz)",
     "non_monotone": "non-monotone", "iterations_at_stable": "clean iterations at stable",
     "fault_rate_bound": "fault rate ≤ (95 %)", "failure_statuses": "failures",
     "trials_used": "trials used", "excluded_invalid_trials": "invalid trials left out",
@@ -217,14 +217,14 @@ def _findings(recs: pd.DataFrame, thr: pd.DataFrame, max_slowdown: float) -> lis
         if "device_name" in t and not is_missing(key.get("device_name")):
             t = t[t["device_name"] == key["device_name"]]
         for _, r in t.iterrows():
-            hf, ls = r["highest_failing_mhz"], r["lowest_stable_mhz"]
+            hf, ls = r["failing_value"], r["stable_value"]
             if not is_missing(hf) and not is_missing(ls):
                 text.append(f"Checks failed at {fmt_sig(hf)} MHz and stayed clean from "
                             f"{fmt_sig(ls)} MHz up.")
             elif not is_missing(hf):
                 text.append(f"Checks failed up to {fmt_sig(hf)} MHz.")
-            elif not is_missing(r["lowest_passing_mhz"]):
-                text.append(f"No check failed down to {fmt_sig(r['lowest_passing_mhz'])} MHz.")
+            elif not is_missing(r["lowest_passing_value"]):
+                text.append(f"No check failed down to {fmt_sig(r['lowest_passing_value'])} MHz.")
             break
         out.append(" ".join(text))
     return out
@@ -325,14 +325,14 @@ def _build_doc(df: pd.DataFrame, stores: list[dict], front: pd.DataFrame, recs: 
               "iterations).")
         thr_table, common = _collapse_constant(_display(thr, [
             "device_uuid", "device_name", "workload", "framework", "dtype", "precision",
-            "lowest_stable_mhz", "highest_failing_mhz", "non_monotone", "iterations_at_stable",
+            "stable_value", "failing_value", "non_monotone", "iterations_at_stable",
             "fault_rate_bound", "failure_statuses", "trials_used", "excluded_invalid_trials",
             "note"]), ["device_uuid", "device_name", "dtype", "precision"])
         if common:
             doc.p(common)
         doc.table(thr_table.rename(columns=_READABLE), limit=200)
     else:
-        low = thr["lowest_passing_mhz"].min() if len(thr) else float("nan")
+        low = thr["lowest_passing_value"].min() if len(thr) else float("nan")
         doc.p(f"No trial failed: no threshold was reached (lowest clock passing: {fmt_sig(low)} MHz).")
     doc.image(files["clocks.png"], "Throughput, power and energy per unit of work vs SM clock")
 
