@@ -20,9 +20,9 @@ A sweep keeps its results in ``<sweep_dir>/trials.sqlite``, an SQLite database i
 - **No pickle.** A row is stored as JSON text (plus a few indexed columns), readable by any
   SQLite client and safe to open from an untrusted source.
 
-Rows are flat dicts of JSON values (see the row schema in ``shared/DESIGN.md``); NumPy scalars and
-arrays, paths, sets and enums are converted on the way in. Non-finite floats are written as
-Python's JSON writes them (``NaN``, ``Infinity``) and read back as floats. Sweep-level context
+Rows are flat dicts of JSON values (see the row schema in ``shared/DESIGN.md``); NumPy values,
+paths, sets and enums are converted on the way in (:mod:`orchestrator.store_values`), and the
+SQLite plumbing lives in :mod:`orchestrator.store_sqlite`. Sweep-level context
 (the resolved config, library versions, the commit) lives beside the rows in a ``meta`` table
 (:meth:`ResultStore.put_meta`).
 
@@ -35,54 +35,26 @@ Units: ``started_at`` and ``ended_at`` are Unix seconds; every other unit is in 
 
 from __future__ import annotations
 
-import enum
 import json
 import math
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from pathlib import Path, PurePath
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
+from orchestrator import store_sqlite
 from orchestrator.errors import StorageError, UserError
+from orchestrator.store_sqlite import retry_locked
+from orchestrator.store_values import UnstorableValueError, dumps, to_json_value
 
 SCHEMA_VERSION = 1
 STORE_FILENAME = "trials.sqlite"
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-_DEFAULT_BUSY_TIMEOUT_S = 60.0
-
-# Columns copied out of the row beside its JSON, so that SQL queries can filter on them.
-_INDEXED_COLUMNS = ("status", "device_uuid", "workload", "framework", "started_at")
-
-_SCHEMA_SQL = f"""
-CREATE TABLE trials (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    trial_key   TEXT    NOT NULL,
-    repeat      INTEGER NOT NULL,
-    status      TEXT,
-    device_uuid TEXT,
-    workload    TEXT,
-    framework   TEXT,
-    started_at  REAL,
-    stored_at   REAL    NOT NULL,
-    row_json    TEXT    NOT NULL,
-    UNIQUE (trial_key, repeat)
-);
-CREATE INDEX trials_status      ON trials (status);
-CREATE INDEX trials_device_uuid ON trials (device_uuid);
-CREATE INDEX trials_workload    ON trials (workload);
-CREATE INDEX trials_framework   ON trials (framework);
-CREATE INDEX trials_started_at  ON trials (started_at);
-CREATE TABLE meta (
-    key        TEXT PRIMARY KEY,
-    value_json TEXT NOT NULL,
-    stored_at  REAL NOT NULL
-);
-PRAGMA user_version = {SCHEMA_VERSION};
-"""
+# Keys bound in one ``IN (...)`` query: under SQLite's smallest limit on bound parameters (999).
+_KEYS_PER_QUERY = 500
 
 
 class StoreError(UserError):
@@ -101,56 +73,37 @@ class CorruptStoreError(StoreError):
     """The file is not an SQLite database, or is a malformed one; it is left in place."""
 
 
-def _to_json_value(value: Any, where: str) -> Any:
-    """Converts one row value to plain JSON types.
+def _json_form(value: Any, where: str) -> Any:
+    """A row or meta value in JSON types; one with no JSON form is the caller's mistake."""
+    try:
+        return to_json_value(value, where)
+    except UnstorableValueError as e:
+        raise StoreError(str(e)) from e
 
-    Args:
-        value: The value to convert.
-        where: Its path in the row, for the error message.
 
-    Returns:
-        The value as ``None``, ``bool``, ``int``, ``float``, ``str``, ``list`` or ``dict``.
+def _row_record(row: Mapping[str, Any]) -> tuple[str, int, list[Any], str]:
+    """What ``put`` writes of a row: its key, repeat, indexed columns and JSON text.
 
     Raises:
-        StoreError: The value has no JSON form.
+        StoreError: The row lacks its key or repeat, or holds a value with no JSON form.
     """
-    if value is None:
-        return None
-    if isinstance(value, enum.Enum):  # before the base types: str- and int-valued enums
-        return _to_json_value(value.value, where)
-    for base in (bool, int, float, str):  # also NumPy's float64, a float subclass
-        if isinstance(value, base):
-            return base(value)
-    if isinstance(value, PurePath):
-        return str(value)
-    if isinstance(value, Mapping):
-        out = {}
-        for k, v in value.items():
-            if isinstance(k, enum.Enum):
-                k = k.value
-            if not isinstance(k, (str, int, float, bool)) and k is not None:
-                raise StoreError(f"row field {where!r}: key {k!r} is not a string")
-            out[str(k)] = _to_json_value(v, f"{where}.{k}")
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_to_json_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, (set, frozenset)):
-        return sorted((_to_json_value(v, f"{where}[]") for v in value), key=repr)
-    # NumPy without importing it: scalars have .item(), arrays .tolist().
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist) and hasattr(value, "dtype"):
-        return _to_json_value(tolist(), where)
-    item = getattr(value, "item", None)
-    if callable(item) and hasattr(value, "dtype"):
-        return _to_json_value(item(), where)
-    raise StoreError(
-        f"row field {where!r}: a {type(value).__name__} cannot be stored; "
-        "rows hold JSON values (numbers, strings, lists, dicts, None)"
-    )
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=False, separators=(",", ":"))
+    clean = _json_form(dict(row), "row")
+    key = clean.get("trial_key")
+    repeat = clean.get("repeat")
+    if not isinstance(key, str) or not key:
+        raise StoreError(f"a trial row needs a non-empty string 'trial_key', got {key!r}")
+    if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
+        raise StoreError(f"a trial row needs an integer 'repeat' >= 0, got {repeat!r}")
+    indexed = []
+    for col in store_sqlite.INDEXED_COLUMNS:
+        v = clean.get(col)
+        if col == "started_at":
+            v = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            v = v if v is None or math.isfinite(v) else None
+        else:
+            v = v if v is None or isinstance(v, str) else str(v)
+        indexed.append(v)
+    return key, repeat, indexed, dumps(clean)
 
 
 def _check_header(path: Path) -> None:
@@ -159,11 +112,10 @@ def _check_header(path: Path) -> None:
     SQLite would refuse it too, but checking first guarantees that nothing ever writes to it.
     """
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(_SQLITE_MAGIC))
+        head = store_sqlite.read_header(path)
     except OSError as e:
         raise StoreError(f"cannot read results store {path}: {e.strerror}") from e
-    if head and head != _SQLITE_MAGIC:
+    if head and head != store_sqlite.SQLITE_MAGIC:
         raise CorruptStoreError(
             f"{path} is not an SQLite results store (bad header); it was left untouched"
         )
@@ -188,7 +140,7 @@ class ResultStore:
         sweep_dir: str | Path,
         *,
         readonly: bool = False,
-        busy_timeout_s: float = _DEFAULT_BUSY_TIMEOUT_S,
+        busy_timeout_s: float = store_sqlite.DEFAULT_BUSY_TIMEOUT_S,
     ) -> None:
         """Opens, or creates, the store of a sweep directory.
 
@@ -222,7 +174,9 @@ class ResultStore:
             except OSError as e:
                 raise StoreError(f"cannot create sweep directory {self.path.parent}: {e}") from e
         try:
-            self._conn = self._connect(busy_timeout_s)
+            self._conn = store_sqlite.connect(
+                self.path, readonly=readonly, busy_timeout_s=busy_timeout_s
+            )
             self.schema_version = self._prepare()
         except sqlite3.DatabaseError as e:
             self.close()
@@ -233,21 +187,6 @@ class ResultStore:
 
     # -- opening ---------------------------------------------------------------------------
 
-    def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
-        if self.readonly:
-            uri = f"file:{self.path.resolve().as_posix()}?mode=ro"
-            conn = sqlite3.connect(
-                uri, uri=True, timeout=busy_timeout_s, isolation_level=None,
-                check_same_thread=False,
-            )
-            conn.execute("PRAGMA query_only = ON")
-        else:
-            conn = sqlite3.connect(
-                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-            )
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-        return conn
-
     def _prepare(self) -> int:
         """Checks the schema version and creates the tables of a new store.
 
@@ -256,9 +195,9 @@ class ResultStore:
         """
         conn = self._conn
         assert conn is not None
-        check = conn.execute("PRAGMA quick_check").fetchall()
-        if check != [("ok",)]:
-            detail = "; ".join(str(r[0]) for r in check[:3])
+        problems = store_sqlite.integrity_problems(conn)
+        if problems:
+            detail = "; ".join(problems[:3])
             raise CorruptStoreError(
                 f"{self.path} is a malformed SQLite database ({detail}); it was left untouched"
             )
@@ -266,34 +205,22 @@ class ResultStore:
         if self.readonly:
             return version
         # WAL is a property of the file: set once, kept by every later open.
-        self._retry_locked(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+        retry_locked(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
         conn.execute("PRAGMA synchronous = FULL")
         if version == 0:
             # Creation is one transaction: a creator killed half-way leaves no tables at all.
-            # (executescript would commit on its own, so the statements run one by one.)
             def create() -> None:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    if self._read_user_version() == 0:  # another process may have won the race
-                        self._check_is_empty()
-                        for stmt in filter(None, (s.strip() for s in _SCHEMA_SQL.split(";"))):
-                            conn.execute(stmt)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
+                if store_sqlite.user_version(conn) == 0:  # another process may have won the race
+                    self._check_is_empty()
+                    store_sqlite.create_tables(conn, SCHEMA_VERSION)
 
-            self._retry_locked(create)
+            retry_locked(lambda: store_sqlite.in_transaction(conn, create, write=True))
             version = self._schema_version_and_check()
         return version
 
-    def _read_user_version(self) -> int:
-        assert self._conn is not None
-        return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
-
     def _schema_version_and_check(self) -> int:
-        version = self._read_user_version()
+        assert self._conn is not None
+        version = store_sqlite.user_version(self._conn)
         if version > SCHEMA_VERSION:
             raise StoreSchemaError(
                 f"{self.path} was written with store schema version {version}; this "
@@ -307,31 +234,12 @@ class ResultStore:
     def _check_is_empty(self) -> None:
         """Refuses an SQLite database that has tables but is not one of our stores."""
         assert self._conn is not None
-        tables = [
-            r[0]
-            for r in self._conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            )
-        ]
+        tables = store_sqlite.user_tables(self._conn)
         if tables:
             raise CorruptStoreError(
                 f"{self.path} is an SQLite database but not a dvfs results store "
                 f"(tables: {', '.join(sorted(tables))}); it was left untouched"
             )
-
-    def _retry_locked(self, fn: Any) -> Any:
-        """Runs ``fn``, retrying while another process holds a lock SQLite did not wait on."""
-        deadline = time.monotonic() + _DEFAULT_BUSY_TIMEOUT_S
-        delay_s = 0.005
-        while True:
-            try:
-                return fn()
-            except sqlite3.OperationalError as e:
-                msg = str(e).lower()
-                if ("locked" not in msg and "busy" not in msg) or time.monotonic() > deadline:
-                    raise
-                time.sleep(delay_s)
-                delay_s = min(delay_s * 2, 0.2)
 
     def _translate(self, e: sqlite3.DatabaseError) -> StoreError:
         if isinstance(e, sqlite3.OperationalError):
@@ -360,6 +268,17 @@ class ResultStore:
     def _has_tables(self) -> bool:
         return self.schema_version > 0
 
+    def _check_writable(self) -> None:
+        if self.readonly:
+            raise StoreError(f"results store {self.path} was opened read-only")
+
+    def _decode(self, row_id: int, text: str) -> dict[str, Any]:
+        """One stored row's JSON, read back; a row that is not JSON is a corrupt store."""
+        try:
+            return json.loads(text)
+        except ValueError as e:
+            raise CorruptStoreError(f"{self.path}: row {row_id} is not valid JSON ({e})") from e
+
     def put(self, row: Mapping[str, Any]) -> bool:
         """Stores one trial row durably, unless its ``(trial_key, repeat)`` is stored already.
 
@@ -375,46 +294,22 @@ class ResultStore:
             StoreError: The row lacks its key, holds a value with no JSON form, or the store is
                 read-only.
         """
-        if self.readonly:
-            raise StoreError(f"results store {self.path} was opened read-only")
-        clean = _to_json_value(dict(row), "row")
-        key = clean.get("trial_key")
-        repeat = clean.get("repeat")
-        if not isinstance(key, str) or not key:
-            raise StoreError(f"a trial row needs a non-empty string 'trial_key', got {key!r}")
-        if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
-            raise StoreError(f"a trial row needs an integer 'repeat' >= 0, got {repeat!r}")
-        indexed = []
-        for col in _INDEXED_COLUMNS:
-            v = clean.get(col)
-            if col == "started_at":
-                v = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-                v = v if v is None or math.isfinite(v) else None
-            else:
-                v = v if v is None or isinstance(v, str) else str(v)
-            indexed.append(v)
-        text = _dumps(clean)
+        self._check_writable()
+        key, repeat, indexed, text = _row_record(row)
         db = self._db()
 
         def insert() -> int:
-            db.execute("BEGIN IMMEDIATE")  # take the write lock first: no stale-snapshot BUSY
-            try:
-                cur = db.execute(
-                    "INSERT INTO trials (trial_key, repeat, status, device_uuid, workload, "
-                    "framework, started_at, stored_at, row_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (trial_key, repeat) DO NOTHING",
-                    (key, repeat, *indexed, time.time(), text),
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-            return cur.rowcount
+            return db.execute(
+                "INSERT INTO trials (trial_key, repeat, status, device_uuid, workload, "
+                "framework, started_at, stored_at, row_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (trial_key, repeat) DO NOTHING",
+                (key, repeat, *indexed, time.time(), text),
+            ).rowcount
 
         with self._lock:
             try:
-                return self._retry_locked(insert) == 1
+                written = retry_locked(lambda: store_sqlite.in_transaction(db, insert, write=True))
+                return written == 1
             except sqlite3.DatabaseError as e:
                 raise self._translate_write(e, "a trial row") from e
 
@@ -441,7 +336,8 @@ class ResultStore:
         if not self._has_tables():
             return set()
         with self._lock:
-            return {(k, int(r)) for k, r in self._db().execute("SELECT trial_key, repeat FROM trials")}
+            found = self._db().execute("SELECT trial_key, repeat FROM trials").fetchall()
+        return {(k, int(r)) for k, r in found}
 
     def rows(self) -> list[dict[str, Any]]:
         """Every stored row, in the order they were stored.
@@ -457,14 +353,54 @@ class ResultStore:
             return
         with self._lock:
             try:
-                fetched = self._db().execute("SELECT id, row_json FROM trials ORDER BY id").fetchall()
+                query = "SELECT id, row_json FROM trials ORDER BY id"
+                fetched = self._db().execute(query).fetchall()
             except sqlite3.DatabaseError as e:
                 raise self._translate(e) from e
         for row_id, text in fetched:
+            yield self._decode(row_id, text)
+
+    def rows_for(self, keys: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+        """The stored rows of the given trial keys, each key's in repeat order (resume's query).
+
+        One indexed query per batch of keys, all batches in one read snapshot: the
+        ``UNIQUE (trial_key, repeat)`` index serves it in every store ever written, so a
+        10,000-key resume costs milliseconds, not a scan of the table per key.
+
+        Args:
+            keys: Trial keys; duplicates are asked for once.
+
+        Returns:
+            Rows by key, in the order the keys were given; a key with no stored row is absent.
+
+        Raises:
+            CorruptStoreError: A stored row is not valid JSON.
+        """
+        wanted = list(dict.fromkeys(keys))
+        if not wanted or not self._has_tables():
+            return {}
+        db = self._db()
+
+        def select() -> list[tuple[int, str, str]]:
+            fetched: list[tuple[int, str, str]] = []
+            for at in range(0, len(wanted), _KEYS_PER_QUERY):
+                batch = wanted[at:at + _KEYS_PER_QUERY]
+                fetched += db.execute(
+                    "SELECT id, trial_key, row_json FROM trials WHERE trial_key IN "
+                    f"({', '.join('?' * len(batch))}) ORDER BY trial_key, repeat",
+                    batch,
+                ).fetchall()
+            return fetched
+
+        with self._lock:
             try:
-                yield json.loads(text)
-            except ValueError as e:
-                raise CorruptStoreError(f"{self.path}: row {row_id} is not valid JSON ({e})") from e
+                fetched = store_sqlite.in_transaction(db, select, write=False)
+            except sqlite3.DatabaseError as e:
+                raise self._translate(e) from e
+        found: dict[str, list[dict[str, Any]]] = {k: [] for k in wanted}
+        for row_id, key, text in fetched:
+            found[key].append(self._decode(row_id, text))
+        return {k: rows for k, rows in found.items() if rows}
 
     def __len__(self) -> int:
         if not self._has_tables():
@@ -482,11 +418,10 @@ class ResultStore:
         Raises:
             StoreError: The store is read-only or the value has no JSON form.
         """
-        if self.readonly:
-            raise StoreError(f"results store {self.path} was opened read-only")
+        self._check_writable()
         if not isinstance(value, Mapping):
             raise StoreError(f"meta {key!r} must be a dict, got {type(value).__name__}")
-        text = _dumps(_to_json_value(dict(value), f"meta.{key}"))
+        text = dumps(_json_form(dict(value), f"meta.{key}"))
         db = self._db()
 
         def upsert() -> None:
@@ -499,7 +434,7 @@ class ResultStore:
 
         with self._lock:
             try:
-                self._retry_locked(upsert)
+                retry_locked(upsert)
             except sqlite3.DatabaseError as e:
                 raise self._translate_write(e, f"meta {key!r}") from e
 
@@ -508,7 +443,8 @@ class ResultStore:
         if not self._has_tables():
             return None
         with self._lock:
-            found = self._db().execute("SELECT value_json FROM meta WHERE key = ?", (key,)).fetchone()
+            query = "SELECT value_json FROM meta WHERE key = ?"
+            found = self._db().execute(query, (key,)).fetchone()
         return None if found is None else json.loads(found[0])
 
     def meta(self) -> dict[str, dict[str, Any]]:

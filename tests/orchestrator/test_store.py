@@ -232,6 +232,49 @@ def test_a_store_opened_by_file_path_is_the_same_store(tmp_path):
     assert time.monotonic() - t0 < 5
 
 
+# --- the rows of given trial keys ---------------------------------------------------------------
+def test_rows_for_gives_each_asked_key_its_rows_in_repeat_order(tmp_path):
+    with ResultStore(tmp_path) as store:
+        for key, repeat in [("b", 2), ("a", 0), ("b", 0), ("c", 0), ("b", 1)]:
+            store.put(row(key, repeat))
+        found = store.rows_for(iter(["b", "missing", "a", "b"]))  # any iterable, duplicates once
+        assert list(found) == ["b", "a"]  # in the order asked; a key with no row is absent
+        assert [r["repeat"] for r in found["b"]] == [0, 1, 2]
+        assert [(r["trial_key"], r["repeat"]) for r in found["a"]] == [("a", 0)]
+        assert store.rows_for([]) == {}
+    with ResultStore(tmp_path, readonly=True) as ro:  # a reader asks the same
+        assert ro.rows_for(["c"]) == {"c": [row("c", 0)]}
+
+
+def test_rows_for_ten_thousand_keys_is_one_indexed_query_per_batch_and_fast(tmp_path):
+    n = 10_000
+    ResultStore(tmp_path).close()
+    with sqlite3.connect(tmp_path / STORE_FILENAME) as conn:  # fast setup: one transaction
+        conn.executemany(
+            "INSERT INTO trials (trial_key, repeat, stored_at, row_json) VALUES (?, ?, 0, ?)",
+            ((f"k{i}", r, f'{{"trial_key": "k{i}", "repeat": {r}}}')
+             for i in range(n) for r in (1, 0)),
+        )
+        query = ("SELECT id, trial_key, row_json FROM trials WHERE trial_key IN (?, ?) "
+                 "ORDER BY trial_key, repeat")
+        plan = conn.execute(f"EXPLAIN QUERY PLAN {query}", ("k1", "k2")).fetchall()
+    assert any("USING INDEX" in step[-1] for step in plan), plan  # no scan of the table
+    asked = [f"k{i}" for i in range(0, n, 2)] + [f"absent{i}" for i in range(n // 2)]
+    with ResultStore(tmp_path, readonly=True) as ro:
+        t0 = time.perf_counter()
+        found = ro.rows_for(asked)
+        elapsed_s = time.perf_counter() - t0
+    assert len(found) == n // 2
+    assert all([r["repeat"] for r in rows] == [0, 1] for rows in found.values())
+    assert elapsed_s < 2.0, elapsed_s
+
+
+def test_rows_for_on_a_store_with_no_tables_yet_is_empty(tmp_path):
+    (tmp_path / STORE_FILENAME).write_bytes(b"")  # a store another process is still creating
+    with ResultStore(tmp_path, readonly=True) as ro:
+        assert ro.rows_for(["a"]) == {}
+
+
 # --- a full disk ---------------------------------------------------------------------------------
 def test_a_full_store_is_a_storage_error_that_keeps_every_row_and_says_how_to_resume(tmp_path):
     """SQLite's SQLITE_FULL, as a full disk gives it, made by capping the file's page count."""
