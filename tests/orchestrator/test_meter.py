@@ -1,0 +1,293 @@
+"""The energy meter's own mechanics over the simulated A100: counter wrap-around, the background
+reader a hardware GPU gets, and an idle gap inside a window.
+
+Ground truth is the sim's exact energy (``simDeviceGetEnergyMj``), which no NVML reading returns.
+Where the sim does not do what a real driver does (its counter never wraps; its GPUs declare
+themselves simulated, so the meter samples on ``tick()`` instead of a thread), the test puts the
+sim behind a thin NVML module that differs in that one respect only: a counter offset as a
+driver loaded long ago shows it, or a backend named ``nvml``. Everything else is the sim's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from orchestrator.devices import open_backend
+from orchestrator.devices.base import KernelWork
+from orchestrator.devices.sim import nvml as sim
+from orchestrator.devices.sim.profile import load_profile
+from orchestrator.devices.sim_device import SimBackend
+from orchestrator.meter import COUNTER_MODULUS_MJ, EnergyMeter
+
+PROFILE = load_profile("a100_sxm4_40gb")
+GEMM = KernelWork(flops=PROFILE.peak_fp32_tflops * 1e12 * 0.002, bytes_moved=1e6, peak="fp32",
+                  kernel_class="gemm", framework="jax")  # ~2 ms, compute-bound
+WAIT_S = 30.0  # the longest the test waits (wall time) for the meter's thread to take a reading
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch):
+    """``machine(nvml=None, backend="sim")`` -> GPU 0 of a fresh simulated A100, behind ``nvml``
+    (a module over the sim's) and declaring ``backend`` when given. The machine opened before is
+    closed first: the simulated NVML, as NVML, is one machine per process."""
+    opened = []
+
+    def open_(nvml=None, backend="sim"):
+        while opened:
+            opened.pop().close()
+        state = tmp_path / f"sim{len(list(tmp_path.iterdir()))}"
+        monkeypatch.setenv("DVFS_SIM_STATE_DIR", str(state))
+        opened.append(open_backend({"backend": "sim", "state_dir": str(state),
+                                    "profile": "a100_sxm4_40gb"}))
+        if nvml is not None or backend != "sim":  # the same GPU through another NVML module
+            opened.append(SimBackend(nvml or sim, backend))
+        return opened[-1].device(0)
+
+    yield open_
+    for backend in reversed(opened):
+        backend.close()
+
+
+def exact_mj() -> float:
+    """The simulated GPU 0's exact energy so far (mJ)."""
+    return sim.simDeviceGetEnergyMj(sim.nvmlDeviceGetHandleByIndex(0))
+
+
+def run_until(device, meter, seconds, *, idle_s=0.0):
+    """Kernel calls (or ``idle_s`` idle steps) for ``seconds`` of device time, ticking the meter."""
+    t0 = device.now_s()
+    while device.now_s() - t0 < seconds:
+        if idle_s:
+            device.idle(idle_s)
+        else:
+            device.on_kernel_call(GEMM)
+        meter.tick()
+
+
+def until_counter_moves(device, meter):
+    """Run kernel calls until the energy counter updates (a window's edges sit on updates)."""
+    seen = meter.counter_updates()
+    while meter.counter_updates() == seen:
+        device.on_kernel_call(GEMM)
+        meter.tick()
+
+
+# --- wrap-around -----------------------------------------------------------------------------
+class LongLoadedDriver:
+    """The simulated NVML as a driver loaded long ago shows it: the energy counter is an unsigned
+    64-bit value that started ``offset_mj`` below the sim's and wraps at 2**64 (the sim's never
+    does). Everything else is the sim's own."""
+
+    def __init__(self, offset_mj: int) -> None:
+        self.offset_mj = offset_mj
+
+    def __getattr__(self, name):
+        return getattr(sim, name)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        """The sim's counter, offset and wrapped as an unsigned 64-bit value."""
+        return (sim.nvmlDeviceGetTotalEnergyConsumption(handle) + self.offset_mj) % (
+            COUNTER_MODULUS_MJ)
+
+
+def wrap_after(driver: LongLoadedDriver, energy_j: float) -> None:
+    """Set ``driver``'s offset so that its counter wraps ``energy_j`` from now."""
+    raw = sim.nvmlDeviceGetTotalEnergyConsumption(sim.nvmlDeviceGetHandleByIndex(0))
+    driver.offset_mj = COUNTER_MODULUS_MJ - raw - int(energy_j * 1000)
+
+
+def measure_counter(device, meter, seconds):
+    """A window of ``seconds`` of load, its edges on counter updates; (Measurement, truth J)."""
+    meter.arm()
+    until_counter_moves(device, meter)
+    meter.start()
+    e0 = exact_mj()
+    run_until(device, meter, seconds)
+    until_counter_moves(device, meter)
+    m = meter.stop()
+    return m, (exact_mj() - e0) / 1000.0
+
+
+def test_a_counter_that_wraps_inside_the_window_is_unwrapped(machine):
+    driver = LongLoadedDriver(0)
+    device = machine(nvml=driver)
+    device.idle(1.0)  # a machine that has run a while
+    wrap_after(driver, 100.0)
+    m, truth_j = measure_counter(device, EnergyMeter(device, method="counter"), 1.0)
+    start_mj, end_mj = m.samples[0].energy_mj, m.samples[-1].energy_mj
+    assert start_mj > COUNTER_MODULUS_MJ - 100_000 and end_mj < start_mj  # it did wrap
+    assert truth_j > 100.0  # ~400 W for 1 s: far past the wrap
+    assert m.energy_j == pytest.approx(truth_j, rel=0.005)
+    assert m.avg_power_w == pytest.approx(truth_j / m.time_s, rel=0.005)
+
+
+def test_a_counter_about_to_wrap_reads_the_same_joules_as_one_far_from_it(machine):
+    """The same work on two fresh machines, one behind a counter that wraps 50 J into it."""
+    results = []
+    for wraps in (False, True):
+        driver = LongLoadedDriver(0)
+        device = machine(nvml=driver)
+        if wraps:
+            wrap_after(driver, 50.0)
+        m, _ = measure_counter(device, EnergyMeter(device, method="counter"), 0.5)
+        results.append(m.energy_j)
+    assert results[0] > 50.0 and results[1] == pytest.approx(results[0], rel=1e-9)
+
+
+# --- the background reader -------------------------------------------------------------------
+class WatchedDriver:
+    """The simulated NVML, with a log of every sensor reading: (thread name, device time, call,
+    value). The GPU it opens declares backend ``nvml``, so the meter reads it from its thread."""
+
+    SENSORS = ("nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption")
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, float, str, int]] = []
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name):
+        fn = getattr(sim, name)
+        if name not in self.SENSORS:
+            return fn
+
+        def read(handle):
+            value = fn(handle)
+            with self.lock:
+                self.log.append((threading.current_thread().name, sim.simDeviceGetTimeS(handle),
+                                 name, value))
+            return value
+
+        return read
+
+    def thread_reads(self, call: str) -> list[tuple[float, int]]:
+        """(device time, value) of the readings of ``call`` the meter's thread took."""
+        with self.lock:
+            return [(t, v) for who, t, name, v in self.log if who == "dvfs-meter" and name == call]
+
+    def wait_for_thread_read(self, call: str, at_s: float) -> None:
+        """Block until the meter's thread has read ``call`` at device time ``at_s`` or later."""
+        deadline = time.monotonic() + WAIT_S
+        while not any(t >= at_s for t, _ in self.thread_reads(call)):
+            assert time.monotonic() < deadline, f"the meter's thread took no {call} at {at_s}"
+            time.sleep(0.001)
+
+
+def meter_threads() -> list[threading.Thread]:
+    """The meter's background readers alive now (each is named ``dvfs-meter``)."""
+    return [t for t in threading.enumerate() if t.name == "dvfs-meter" and t.is_alive()]
+
+
+def test_on_hardware_a_thread_samples_power_and_the_window_integrates_it(machine):
+    driver = WatchedDriver()
+    device = machine(nvml=driver, backend="nvml")
+    meter = EnergyMeter(device, method="polling")
+    run_until(device, meter, 1.0)  # a steady load before the window, so every reading is of it
+    meter.arm()
+    assert len(meter_threads()) == 1
+    meter.start()
+    e0, t0 = exact_mj(), device.now_s()
+    due = t0 + meter.period_s
+    while device.now_s() - t0 < 1.0:
+        device.on_kernel_call(GEMM)
+        meter.tick()  # returns at once on hardware: the thread does the sampling
+        if device.now_s() >= due:  # a sample is due: the device waits for the thread's reading
+            driver.wait_for_thread_read("nvmlDeviceGetPowerUsage", device.now_s())
+            due += meter.period_s * (1 + (device.now_s() - due) // meter.period_s)
+    m = meter.stop()
+    truth_j = (exact_mj() - e0) / 1000.0
+    taken = driver.thread_reads("nvmlDeviceGetPowerUsage")
+    assert meter_threads() == []  # stop() ended the thread
+    assert len(taken) >= 1.0 / meter.period_s - 1  # one per period, all from the thread
+    assert len(m.samples) == len(taken) + 2  # plus the window's two edges, read by the caller
+    times = [s.t_s for s in m.samples]
+    periods = [int((t - times[0]) / meter.period_s) for t in times[1:-1]]
+    assert times == sorted(times) and len(set(periods)) == len(periods)  # one per period
+    assert m.method == "polling" and m.energy_j == pytest.approx(truth_j, rel=0.01)
+    device.idle(1.0)  # after stop() nothing reads the device any more
+    time.sleep(0.05)
+    assert driver.thread_reads("nvmlDeviceGetPowerUsage") == taken
+
+
+def test_on_hardware_a_thread_watches_the_counter_and_records_its_update_period(machine):
+    driver = WatchedDriver()
+    device = machine(nvml=driver, backend="nvml")
+    meter = EnergyMeter(device, method="counter")
+    meter.arm()
+    until_counter_moves(device, meter)
+    meter.start()
+    t0 = device.now_s()
+    last = m0 = sim.nvmlDeviceGetTotalEnergyConsumption(sim.nvmlDeviceGetHandleByIndex(0))
+    moved = 0
+    while device.now_s() - t0 < 1.0:
+        device.on_kernel_call(GEMM)  # no tick() and no counter_updates() here: only the thread
+        now = sim.nvmlDeviceGetTotalEnergyConsumption(sim.nvmlDeviceGetHandleByIndex(0))
+        if now != last:  # the counter updated: the device waits until the thread has seen it
+            driver.wait_for_thread_read("nvmlDeviceGetTotalEnergyConsumption", device.now_s())
+            last, moved = now, moved + 1
+    m = meter.stop()
+    assert meter_threads() == []
+    assert moved >= 9 and m.counter_updates == moved  # every update, seen by the thread
+    assert m.samples[0].energy_mj == m0 and m.samples[-1].energy_mj == last
+    assert m.counter_period_s == pytest.approx(PROFILE.energy_counter_period_s, abs=0.005)
+
+
+def test_close_stops_the_thread_and_may_be_called_twice(machine):
+    meter = EnergyMeter(machine(backend="nvml"), method="polling")
+    meter.arm()
+    assert len(meter_threads()) == 1
+    meter.close()
+    meter.close()
+    assert meter_threads() == []
+
+
+def test_on_the_sim_no_thread_is_started_and_tick_samples(machine):
+    device = machine()
+    meter = EnergyMeter(device, method="polling")
+    meter.arm()
+    assert meter_threads() == []
+    meter.start()
+    run_until(device, meter, 0.5)
+    m = meter.stop()
+    assert len(m.samples) >= 0.5 / meter.period_s
+
+
+# --- an idle gap inside a window -------------------------------------------------------------
+def measure_with_gap(device, meter, gap_s, idle_step_s):
+    """A window of 0.4 s of load, ``gap_s`` idle (in steps of ``idle_step_s``), 0.4 s of load,
+    its edges on counter updates where the meter has a counter; (Measurement, truth J)."""
+    meter.arm()
+    if meter.method == "counter":
+        until_counter_moves(device, meter)
+    meter.start()
+    e0 = exact_mj()
+    run_until(device, meter, 0.4)
+    run_until(device, meter, gap_s, idle_s=idle_step_s)
+    run_until(device, meter, 0.4)
+    if meter.method == "counter":
+        until_counter_moves(device, meter)
+    m = meter.stop()
+    return m, (exact_mj() - e0) / 1000.0
+
+
+@pytest.mark.parametrize("idle_step_s", [0.6, 0.001], ids=["one idle call", "idle in 1 ms steps"])
+def test_the_counter_counts_an_idle_gap_at_idle_power(machine, idle_step_s):
+    device = machine()
+    m, truth_j = measure_with_gap(device, EnergyMeter(device, method="counter"), 0.6, idle_step_s)
+    assert m.time_s >= 1.4
+    assert m.energy_j == pytest.approx(truth_j, rel=0.005)
+    load_w = max(s.power_mw for s in m.samples) / 1000.0
+    assert PROFILE.idle_power_w < m.avg_power_w < load_w  # the gap pulled the mean down
+    # the update period is the median gap between updates: one long gap does not move it
+    assert m.counter_period_s == pytest.approx(PROFILE.energy_counter_period_s, abs=0.005)
+
+
+def test_polling_samples_an_idle_gap_and_integrates_it(machine):
+    device = machine()
+    meter = EnergyMeter(device, method="polling")
+    m, truth_j = measure_with_gap(device, meter, 0.6, 0.001)
+    assert m.energy_j == pytest.approx(truth_j, rel=0.03)
+    idle = [s for s in m.samples if s.power_mw / 1000.0 < PROFILE.idle_power_w * 1.05]
+    assert len(idle) >= 0.4 / meter.period_s  # most of the gap's samples read idle power
