@@ -9,7 +9,8 @@ A ``SettingsGuard`` owns one GPU for as long as it is open:
    original values to ``<journal_dir>/<uuid>.json``, flushed and fsynced. The entry is removed only
    once the device is restored. An entry whose owner is gone (the lease is free) is therefore a
    device a killed process left changed: a new guard refuses that device, and ``restore_journal``
-   (``dvfs restore``) puts it back and says what it did.
+   (``dvfs restore``, in ``orchestrator.journal`` with the journal itself) puts it back and says
+   what it did.
 3. **Policy before the device.** A request outside the policy (allowed SM clock, power-limit and
    offset ranges, by default the device's own) or outside what the device supports is refused
    before any call reaches the driver.
@@ -25,16 +26,14 @@ setting: that is what a user without root, or on a shared GPU, runs.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import signal
 import socket
 import threading
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 from filelock import FileLock, Timeout
 
@@ -47,8 +46,7 @@ from orchestrator.errors import (
     UnrestoredDeviceError,
     UserError,
 )
-
-JOURNAL_VERSION = 1
+from orchestrator.journal import JOURNAL_VERSION, Journal, restore_setting
 
 
 @dataclass(frozen=True)
@@ -132,7 +130,8 @@ class Policy:
                 raise InvalidSettingError(f"{device_name} does not support clock offsets")
             if not rng[0] <= off <= rng[1]:
                 raise InvalidSettingError(
-                    f"clock offset {off:+d} MHz is out of range for {device_name}: {rng[0]}..{rng[1]} MHz"
+                    f"clock offset {off:+d} MHz is out of range for {device_name}: "
+                    f"{rng[0]}..{rng[1]} MHz"
                 )
             self._within("clock offset", (off, off), self.clock_offset_range_mhz, "MHz")
 
@@ -156,105 +155,6 @@ def _steps(clocks: tuple[int, ...]) -> str:
 def _nearest(clocks: tuple[int, ...], value: int) -> str:
     near = sorted(clocks, key=lambda c: abs(c - value))[:2]
     return " or ".join(f"{c}" for c in sorted(near))
-
-
-# --- the journal ------------------------------------------------------------------------------
-class Journal:
-    """Entries on disk, one JSON file per GPU UUID, each written atomically and fsynced."""
-
-    def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-
-    def entry_path(self, uuid: str) -> Path:
-        return self.directory / f"{uuid}.json"
-
-    def lease_path(self, uuid: str) -> Path:
-        return self.directory / f"{uuid}.lease"
-
-    def write(self, uuid: str, entry: dict[str, Any]) -> None:
-        """Write an entry durably: tmp file, fsync, rename, fsync the directory."""
-        path = self.entry_path(uuid)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump(entry, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(self.directory)
-
-    def read(self, uuid: str) -> dict[str, Any] | None:
-        """The entry of one GPU, None if it has none.
-
-        Raises:
-            UserError: the entry is not a journal entry (not UTF-8, not JSON, or not the shape
-                ``_journal_before`` writes); the file is left in place.
-        """
-        path = self.entry_path(uuid)
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        try:
-            entry = json.loads(raw.decode("utf-8"))
-            problem = _entry_problem(entry)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            problem = str(e)
-        if problem:
-            raise UserError(
-                f"journal entry {path} is corrupt ({problem}); it is left in place: check the "
-                f"device by hand, then remove the file"
-            )
-        return entry
-
-    def remove(self, uuid: str) -> None:
-        self.entry_path(uuid).unlink(missing_ok=True)
-        _fsync_dir(self.directory)
-
-    def uuids(self) -> list[str]:
-        """UUIDs of every GPU with an open entry."""
-        return sorted(p.stem for p in self.directory.glob("*.json"))
-
-    def is_leased(self, uuid: str) -> bool:
-        """True if a live process holds this GPU's lease right now."""
-        lock = FileLock(self.lease_path(uuid))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            return True
-        lock.release()
-        return False
-
-
-_SETTINGS = ("clock_offset", "mem_clock", "power_limit", "sm_clock")  # what a guard may change
-
-
-def _entry_problem(entry: Any) -> str | None:
-    """What makes a decoded journal entry unusable for a restore (None: nothing)."""
-    if not isinstance(entry, dict):
-        return f"a {type(entry).__name__}, not an object"
-    changed = entry.get("changed", [])
-    if not isinstance(changed, list) or not all(isinstance(c, str) for c in changed):
-        return "'changed' is not a list of setting names"
-    unknown = sorted(set(changed) - set(_SETTINGS))
-    if unknown:
-        return f"unknown setting(s) {', '.join(unknown)}"
-    original = entry.get("original", {})
-    if not isinstance(original, dict):
-        return "'original' is not an object"
-    for key in ("power_limit_w", "clock_offset_mhz"):
-        value = original.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            return f"original {key} is {value!r}, not a number"
-    return None
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- the guard --------------------------------------------------------------------------------
@@ -386,7 +286,10 @@ class SettingsGuard:
         """Record originals and intent durably before the first call that changes anything."""
         if self._original is None:
             s = self.device.settings()
-            self._original = {"power_limit_w": s.power_limit_w, "clock_offset_mhz": s.clock_offset_mhz}
+            self._original = {
+                "power_limit_w": s.power_limit_w,
+                "clock_offset_mhz": s.clock_offset_mhz,
+            }
         self._changed |= to_change
         ident = self.device.identity
         self.journal.write(
@@ -406,74 +309,13 @@ class SettingsGuard:
         )
 
     def _restore_one(self, name: str) -> None:
-        _restore_setting(self.device, name, self._original or {})
+        restore_setting(self.device, name, self._original or {})
         self._changed.discard(name)
 
     def _close_entry_if_clean(self) -> None:
         if not self._changed:
             self.journal.remove(self.device.identity.uuid)
             self._original = None
-
-
-def _restore_setting(device: Device, name: str, original: dict[str, Any]) -> None:
-    """Undo one setting: reset locked clocks; put power limit and offset back."""
-    if name == "sm_clock":
-        device.reset_locked_sm_clocks()
-    elif name == "mem_clock":
-        device.reset_locked_mem_clocks()
-    elif name == "power_limit":
-        watts = original.get("power_limit_w")
-        device.set_power_limit_w(watts if watts is not None else device.capabilities().power_limit_default_w)
-    elif name == "clock_offset":
-        device.set_clock_offset_mhz(int(original.get("clock_offset_mhz") or 0))
-    else:
-        raise ValueError(f"unknown setting {name!r} in journal")
-
-
-@dataclass(frozen=True)
-class RestoreAction:
-    """What ``restore_journal`` did for one journal entry."""
-
-    uuid: str
-    name: str
-    restored: tuple[str, ...]  # settings put back
-    skipped_reason: str | None = None  # e.g. "in use by a live process"
-
-    def describe(self) -> str:
-        if self.skipped_reason:
-            return f"{self.name} {self.uuid}: skipped ({self.skipped_reason})"
-        return f"{self.name} {self.uuid}: restored {', '.join(self.restored)}"
-
-
-def restore_journal(journal: Journal, find_device: Callable[[str], Device]) -> list[RestoreAction]:
-    """Restore every device a dead process left changed (what ``dvfs restore`` runs).
-
-    Args:
-        journal: the journal to read.
-        find_device: opens a device by UUID (from the backend the entries were written on).
-    """
-    actions = []
-    for uuid in journal.uuids():
-        lease = FileLock(journal.lease_path(uuid))
-        try:
-            lease.acquire(timeout=0)
-        except Timeout:
-            entry = journal.read(uuid) or {}
-            actions.append(RestoreAction(uuid, entry.get("name", "GPU"), (), "in use by a live process"))
-            continue
-        try:
-            entry = journal.read(uuid)
-            if entry is None:
-                continue
-            device = find_device(uuid)
-            changed = tuple(entry.get("changed", []))
-            for name in changed:
-                _restore_setting(device, name, entry.get("original", {}))
-            journal.remove(uuid)
-            actions.append(RestoreAction(uuid, entry.get("name", device.identity.name), changed))
-        finally:
-            lease.release()
-    return actions
 
 
 # --- signals and exit -------------------------------------------------------------------------

@@ -13,7 +13,8 @@ import pytest
 
 from orchestrator.devices import open_backend
 from orchestrator.errors import DeviceBusyError, InvalidSettingError, PolicyViolationError, UnrestoredDeviceError, UserError
-from orchestrator.guard import Journal, Policy, SettingsGuard, SettingsRequest, restore_journal
+from orchestrator.guard import Policy, SettingsGuard, SettingsRequest
+from orchestrator.journal import Journal, restore_journal
 
 from support import DVFS, REPO
 from orchestrator.devices.base import KernelWork
@@ -118,7 +119,8 @@ HOLDER = textwrap.dedent(
     """
     import sys, time
     from orchestrator.devices import open_backend
-    from orchestrator.guard import Journal, SettingsGuard, SettingsRequest
+    from orchestrator.guard import SettingsGuard, SettingsRequest
+    from orchestrator.journal import Journal
     state, journal = sys.argv[1], sys.argv[2]
     b = open_backend({"backend": "sim", "state_dir": state, "profile": "a100_sxm4_40gb", "count": 2})
     g = SettingsGuard(b.device(0), Journal(journal)).__enter__()

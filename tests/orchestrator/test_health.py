@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pynvml
 import pytest
-from omegaconf import OmegaConf
 
 from orchestrator.config import compose
 from orchestrator.devices import journal_dir, open_backend
 from orchestrator.devices.base import Health
 from orchestrator.devices.sim import nvml as sim
-from orchestrator.guard import Journal, SettingsGuard
+from orchestrator.guard import SettingsGuard
+from orchestrator.jobs import JobSpec
+from orchestrator.journal import Journal
 from orchestrator.trial import TrialContext, run_trial
 
 
@@ -179,7 +180,7 @@ def SIM(tmp_path):
 def trial(ctx, tmp_path, kernels, *overrides):
     cfg = compose([*SIM(tmp_path), *overrides])
     ctx.kernels = kernels
-    return run_trial(ctx, cfg, OmegaConf.to_container(cfg, resolve=True))
+    return run_trial(ctx, JobSpec.from_config(cfg))
 
 
 def test_an_unhealthy_gpu_gives_device_error_rows_and_no_setting_is_touched(gpu0, tmp_path):
