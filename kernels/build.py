@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels import _frameworks as fw
+from kernels import frameworks as fw
 from kernels.cost import CompiledWork, compiled_work
 from kernels.fingerprint import jax_fingerprint, tf_fingerprint
 from kernels.spec import ITEMSIZE, KernelOptionError, KernelSpec, WorkCounts

@@ -40,7 +40,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kernels import _frameworks as fw
+from kernels import frameworks as fw
 from kernels.spec import ITEMSIZE, KernelSpec
 
 WorkSource = Literal["xla_cost_analysis", "tf_graph_ops", "analytic"]

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels._frameworks import import_jax, import_tensorflow
+from kernels.frameworks import import_jax, import_tensorflow
 from kernels.spec import KernelSpec, WorkCounts, make_sizes
 
 FLOPS_PER_ELEMENT = 11

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from kernels import conv3d, gemm, hessian, mlp_train, selu, stencil
-from kernels._frameworks import FRAMEWORKS
+from kernels.frameworks import FRAMEWORKS
 from kernels.build import BuiltKernel
 from kernels.spec import KernelOptionError, KernelSpec, UnknownKernelError
 

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels._frameworks import import_jax, import_tensorflow
+from kernels.frameworks import import_jax, import_tensorflow
 from kernels.spec import KernelSpec, WorkCounts, make_sizes
 
 ALPHA = 1.6732632423543772848170429916717

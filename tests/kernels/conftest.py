@@ -21,6 +21,6 @@ if str(REPO) not in sys.path:
 @pytest.fixture(scope="session")
 def frameworks():
     """Import JAX and TensorFlow once, in the mode the kernels set up."""
-    from kernels import _frameworks
+    from kernels import frameworks
 
-    return _frameworks.import_jax(), _frameworks.import_tensorflow()
+    return frameworks.import_jax(), frameworks.import_tensorflow()

@@ -93,12 +93,12 @@ def test_the_process_is_in_deterministic_mode_with_no_preallocation(frameworks):
 
 def test_jax_lowers_each_precision_to_its_own_dot_precision(frameworks):
     jax, _ = frameworks
-    from kernels import _frameworks
+    from kernels import frameworks
 
     x = jax.numpy.ones((4, 4))
     seen = {}
     for precision, expected in (("default", "DEFAULT"), ("highest", "HIGHEST"), ("tf32", "HIGH")):
-        with _frameworks.jax_precision_scope(precision):
+        with frameworks.jax_precision_scope(precision):
             text = jax.jit(jax.numpy.matmul).lower(x, x).as_text()
         seen[precision] = f"precision = [{expected}, {expected}]" in text
     assert all(seen.values()), seen
