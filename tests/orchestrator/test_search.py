@@ -65,7 +65,8 @@ def test_the_search_finds_the_seeded_threshold_within_one_step_in_a_third_of_a_g
     r = run_search(ThresholdSearch(CLOCKS, N_CLEAN), sim_trial(threshold, rng))
     assert r.confirmed and r.stable_value == threshold
     assert r.failing_value == threshold - 15 and r.steps_between == 1  # one supported step
-    assert r.iterations_at_stable >= N_CLEAN and r.fault_rate_bound == pytest.approx(3 / r.iterations_at_stable)
+    assert r.iterations_at_stable >= N_CLEAN
+    assert r.fault_rate_bound == pytest.approx(3 / r.iterations_at_stable)
     assert r.trials_used <= len(CLOCKS) / 3, r
     assert planted_rate(threshold, r.stable_value) < 10 / N_CLEAN
     assert not r.non_monotone
@@ -119,7 +120,8 @@ def test_a_failure_above_a_pass_is_reported_not_hidden():
     fails = {5, 1, 0}  # passes at 2..4 below the failure at 5
 
     r = run_search(ThresholdSearch(values, 50, coarse_points=8),
-                   lambda p: Outcome(p.value not in fails, 60, "wrong" if p.value in fails else "ok"))
+                   lambda p: Outcome(p.value not in fails, 60,
+                                     "wrong" if p.value in fails else "ok"))
     assert r.non_monotone and r.failing_value == 5 and r.lowest_passing_value == 2
     assert r.stable_value == 6  # the stable range starts above the safest failure
     assert "non-monotone: a failure at 5 is safer than a pass at 2" in r.note
@@ -139,7 +141,9 @@ def test_a_failure_at_the_safest_value_declares_nothing_stable():
 
 def test_invalid_passes_are_retried_then_given_up():
     def trial(p):  # every pass at 1410 is invalid; everything else fails
-        return Outcome(None, 60, "ok", "invalid: clock did not lock") if p.value == 1410 else Outcome(False, 60, "wrong")
+        if p.value == 1410:
+            return Outcome(None, 60, "ok", "invalid: clock did not lock")
+        return Outcome(False, 60, "wrong")
 
     r = run_search(ThresholdSearch(CLOCKS, 100, max_inconclusive=2), trial)
     assert r.stable_value is None and r.candidate_value is None
@@ -200,13 +204,15 @@ def test_the_space_is_the_devices_own_values_riskiest_first():
     assert power[0] == 100 and power[-1] == 400 and len(power) == 31
     offsets = search_values(SETTINGS["device.clock_offset_mhz"], CAPS, check(), SettingsRequest())
     assert offsets[0] == 1000 and offsets[-1] == 0  # upward: the highest offset is the riskiest
-    narrowed = search_values(SETTINGS["device.sm_clock_mhz"], CAPS, check(Policy(sm_clock_range_mhz=(900, 1410))), SettingsRequest())
+    narrow = check(Policy(sm_clock_range_mhz=(900, 1410)))
+    narrowed = search_values(SETTINGS["device.sm_clock_mhz"], CAPS, narrow, SettingsRequest())
     assert narrowed[0] == 900
 
 
 def test_an_unsupported_explicit_value_is_a_user_error():
     with pytest.raises(UserError, match="SM clock 1007 MHz is not supported"):
-        search_values(SETTINGS["device.sm_clock_mhz"], CAPS, check(), SettingsRequest(), explicit=[1005, 1007])
+        search_values(SETTINGS["device.sm_clock_mhz"], CAPS, check(), SettingsRequest(),
+                      explicit=[1005, 1007])
 
 
 def test_a_device_without_offsets_refuses_an_offset_search():
@@ -219,8 +225,10 @@ def test_a_device_without_offsets_refuses_an_offset_search():
 @pytest.mark.parametrize(
     "options, message",
     [
-        (SearchOptions(setting="workload"), "hydra.sweeper.setting=workload is not an ordered setting"),
-        (SearchOptions(confirm_iterations=0), "hydra.sweeper.confirm_iterations=0 must be 1 or more"),
+        (SearchOptions(setting="workload"),
+         "hydra.sweeper.setting=workload is not an ordered setting"),
+        (SearchOptions(confirm_iterations=0),
+         "hydra.sweeper.confirm_iterations=0 must be 1 or more"),
         (SearchOptions(coarse_points=1), "coarse_points=1 must be 2 or more"),
         (SearchOptions(step=-5.0), "step=-5.0 must be greater than 0"),
     ],
@@ -238,7 +246,8 @@ def test_the_search_against_two_simulated_gpus_with_planted_thresholds(tmp_path,
     monkeypatch.setenv("DVFS_SIM_STATE_DIR", str(tmp_path / "sim"))
     planted = {"0": {"gemm": 1065}, "1": {"gemm": 840}}
     backend = open_backend({"backend": "sim", "count": 2, "planted_thresholds": planted})
-    work = KernelWork(flops=2 * 4096**3, bytes_moved=3 * 4 * 4096**2, peak="fp32", kernel_class="gemm", framework="jax")
+    work = KernelWork(flops=2 * 4096**3, bytes_moved=3 * 4 * 4096**2, peak="fp32",
+                      kernel_class="gemm", framework="jax")
     try:
         for device, want in zip(backend.devices(), (1065, 840)):
             def trial(probe, device=device):
