@@ -17,10 +17,10 @@ Importing this package imports neither JAX nor TensorFlow (nor ml_dtypes): they 
 first kernel is built. This package knows nothing of devices, Ray or configuration.
 """
 
-from kernels.cache import KernelCache
 from kernels.build import BuiltKernel
-from kernels.cost import CompiledWork, compiled_work
+from kernels.cache import KernelCache
 from kernels.checks import CheckResult, Verdict, check_outputs, output_digest, tolerance_for
+from kernels.cost import CompiledWork, compiled_work
 from kernels.fingerprint import fingerprint_hex, numpy_fingerprint
 from kernels.registry import (
     FRAMEWORKS,

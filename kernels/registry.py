@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from kernels import conv3d, gemm, hessian, mlp_train, selu, stencil
-from kernels.frameworks import FRAMEWORKS
 from kernels.build import BuiltKernel
+from kernels.frameworks import FRAMEWORKS
 from kernels.spec import KernelOptionError, KernelSpec, UnknownKernelError
 
 __all__ = [

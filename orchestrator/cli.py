@@ -211,7 +211,7 @@ def _format_cpu(d: dict[str, Any]) -> str:
 # --- restore ----------------------------------------------------------------------------------
 def _restore(rest: list[str]) -> int:
     from orchestrator.devices import journal_dir, open_backend
-    from orchestrator.guard import Journal, restore_journal
+    from orchestrator.journal import Journal, restore_journal
 
     _, overrides = _split(rest, "restore", "Restore devices a killed process left changed.")
     device_cfg, _ = _device_cfg(overrides)

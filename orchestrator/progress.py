@@ -87,9 +87,14 @@ class Progress:
 
     @property
     def left(self) -> int:
+        """Trials not yet done (never negative)."""
         return max(self.total - self.done, 0)
 
     def eta_s(self) -> float:
+        """Seconds left, estimated: mean timed trial time x trials left / GPUs still working.
+
+        NaN until a trial has been timed (skipped trials are not).
+        """
         timed = self.done - self.skipped
         working = sum(1 for a in self.lanes.values() if a not in ("retired",)) or 1
         if timed <= 0:
@@ -145,6 +150,7 @@ class Progress:
         self.stream.flush()
 
     def elapsed_s(self) -> float:
+        """Wall-clock seconds since this progress display was made."""
         return time.monotonic() - self._started
 
     def _clear(self) -> None:

@@ -75,7 +75,8 @@ class GpuSession:
         """Enter the guard of one GPU (takes its lease) and give it a kernel cache."""
         from kernels import KernelCache
         from orchestrator.devices import journal_dir
-        from orchestrator.guard import Journal, SettingsGuard
+        from orchestrator.guard import SettingsGuard
+        from orchestrator.journal import Journal
         from orchestrator.policy import load_policy
         from orchestrator.trial import TrialContext
 

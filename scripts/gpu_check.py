@@ -70,7 +70,7 @@ if str(REPO) not in sys.path:  # run as a file, the script's folder comes first,
 from orchestrator.devices import open_backend, select_devices  # noqa: E402
 from orchestrator.devices.base import Device, KernelWork  # noqa: E402
 from orchestrator.errors import DeviceNotFoundError, DvfsError  # noqa: E402
-from orchestrator.trial import git_commit  # noqa: E402
+from orchestrator.provenance import git_commit  # noqa: E402
 
 WORKLOADS = ("stencil", "gemm", "selu", "conv3d", "mlp_train", "hessian")
 FRAMEWORKS = ("jax", "tensorflow")
@@ -745,10 +745,16 @@ def _ms(stats: dict | None, key: str) -> str:
 
 
 def render_identity(data: dict) -> list[str]:
+    """The identity section as a Markdown table, one row per field."""
     return _table(["field", "value"], [[k, v] for k, v in data.items()])
 
 
 def render_energy_counter(data: dict) -> list[str]:
+    """The energy-counter section as a Markdown table: one row per phase, intervals in ms.
+
+    Each row: what ran, how often the counter updated (median, min and max interval), how often
+    and how fast it was polled, and the mean power the counter implies in watts.
+    """
     rows = [
         [name, p["detail"], p["updates"], _ms(p["interval_s"], "median_s"),
          _ms(p["interval_s"], "min_s"), _ms(p["interval_s"], "max_s"), p["polls"],
@@ -762,6 +768,11 @@ def render_energy_counter(data: dict) -> list[str]:
 
 
 def render_power(data: dict) -> list[str]:
+    """The power section as a Markdown table: one row per phase and reading, in watts.
+
+    Each row: samples, mean/min/max, how often it changed and its median update interval in ms,
+    and (after the load) how long it took to settle; then the sample interval of each phase.
+    """
     rows = []
     for name, p in data["phases"].items():
         for key, r in p["readings"].items():
@@ -789,6 +800,7 @@ def render_power(data: dict) -> list[str]:
 
 
 def render_sweep(data: dict) -> list[str]:
+    """The sweep section: how many trials were stored, then a Markdown table of every row."""
     rows = [
         [r["workload"], r["framework"], r["status"], _fmt(r["time_per_iter_s"], 1000.0),
          r["tflops"], r["gbps"], r["energy_per_iter_j"], r["avg_power_w"], r["rel_error"],
@@ -808,6 +820,7 @@ def render_sweep(data: dict) -> list[str]:
 
 
 def render_window_overhead(data: dict) -> list[str]:
+    """The window-overhead section: the largest trial/bare ratio, then every pair's."""
     keys = ["workload", "framework", "trial_s_per_iter", "bare_s_per_iter", "ratio",
             "host_digest_ratio", "error"]
     lines = _table(keys, [[r.get(k) for k in keys] for r in data["rows"]])
@@ -924,6 +937,7 @@ def _versions() -> dict[str, str | None]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, parsed (the hidden ``--load-worker`` is the load subprocess's)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="gpu_check.py")
     p.add_argument("--out", type=Path, default=Path("gpu_check"), help="output dir (gpu_check/)")
     p.add_argument("--device", choices=("nvml", "sim"), default="nvml")

@@ -5,11 +5,12 @@ config group (names and types taken from the dataclasses in ``orchestrator/confi
 values of the right type and the wrong one, negatives, huge numbers, non-finite floats, strings
 with spaces, quotes and unicode, interpolations and sweep syntax, plus unknown keys, unknown group
 options, additions and deletions. It runs the validation path of a sweep in-process (compose,
-``app.prepare``: ``validate_static`` + ``validate_workload`` + the settings request, the inject
-knob's check as the launcher makes it, and the guard's ``Policy.check`` against a simulated A100)
-and asserts that each input is either accepted and valid, or refused with a one-line
-``UserError``; never another exception, and never a change to the simulated device. A handful of
-the same inputs then go through ``dvfs sweep`` in a subprocess: exit 2, one line, no traceback.
+``JobSpec.from_config``: ``validate_static`` + ``validate_workload`` + the settings request + the
+inject knob's check, as every launcher makes them, and the guard's ``Policy.check`` against a
+simulated A100) and asserts that each input is either accepted and valid, or refused with a
+one-line ``UserError``; never another exception, and never a change to the simulated device. A
+handful of the same inputs then go through ``dvfs sweep`` in a subprocess: exit 2, one line, no
+traceback.
 """
 
 from __future__ import annotations
@@ -25,11 +26,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import DVFS
 
 from orchestrator import config as C
 from orchestrator.errors import UserError
-
-from support import DVFS
 
 GROUPS: dict[str, type] = {
     "device": C.DeviceConfig,
@@ -48,10 +48,16 @@ OPTIONS = {
 
 def _fields(schema: type) -> list[tuple[str, Any]]:
     hints = typing.get_type_hints(schema)
-    return [(f.name, hints[f.name]) for f in dataclasses.fields(schema) if not dataclasses.is_dataclass(hints[f.name])]
+    return [
+        (f.name, hints[f.name])
+        for f in dataclasses.fields(schema)
+        if not dataclasses.is_dataclass(hints[f.name])
+    ]
 
 
-FIELDS: list[tuple[str, Any]] = [(f"{g}.{name}", t) for g, schema in GROUPS.items() for name, t in _fields(schema)]
+FIELDS: list[tuple[str, Any]] = [
+    (f"{g}.{name}", t) for g, schema in GROUPS.items() for name, t in _fields(schema)
+]
 FIELDS += _fields(C.DvfsConfig)  # seed, objective, store_dir, quiet
 
 
@@ -73,13 +79,18 @@ words = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_si
 strings = st.one_of(
     words.map(_quote),  # any text, properly quoted
     words,  # the same text unquoted: spaces, quotes, '=', '$' ... as typed
-    st.sampled_from(["a b", "'unterminated", '"x"', "ünïcødé", "日本", "${oops}", "${measure.window_s}",
-                     "${now:%H}", "1,2", "range(1,5)", "choice(a,b)", "[", "{", "a=b", "\\", "null", "??"]),
+    st.sampled_from([
+        "a b", "'unterminated", '"x"', "ünïcødé", "日本", "${oops}", "${measure.window_s}",
+        "${now:%H}", "1,2", "range(1,5)", "choice(a,b)", "[", "{", "a=b", "\\", "null", "??",
+    ]),
 )
 scalars = st.one_of(ints.map(str), floats, st.sampled_from(["true", "false", "null"]), strings)
 lists = st.lists(scalars, max_size=3).map(lambda xs: "[" + ",".join(xs) + "]")
-dicts = st.dictionaries(st.sampled_from(["a", "0", "gemm", "*", "hang_s", "at_call", "raise_error"]),
-                        scalars, max_size=2).map(lambda d: "{" + ",".join(f"{k}: {v}" for k, v in d.items()) + "}")
+dicts = st.dictionaries(
+    st.sampled_from(["a", "0", "gemm", "*", "hang_s", "at_call", "raise_error"]),
+    scalars,
+    max_size=2,
+).map(lambda d: "{" + ",".join(f"{k}: {v}" for k, v in d.items()) + "}")
 any_value = st.one_of(scalars, lists, dicts)
 
 
@@ -94,8 +105,10 @@ def _typed(t: Any) -> st.SearchStrategy[str]:
     if base is float:
         return st.one_of(floats, ints.map(str))
     if base is str:
-        return st.one_of(strings, st.sampled_from(["sim", "nvml", "auto", "counter", "polling", "tiny", "cpu", "gpu",
-                                                   "float32", "bfloat16", "default", "tf32", "edp", "jax"]))
+        return st.one_of(strings, st.sampled_from([
+            "sim", "nvml", "auto", "counter", "polling", "tiny", "cpu", "gpu", "float32",
+            "bfloat16", "default", "tf32", "edp", "jax",
+        ]))
     return any_value  # Any, list[Any]
 
 
@@ -114,9 +127,13 @@ def override(draw: Any) -> str:
     if kind == "unknown_key":
         group = draw(st.sampled_from([*GROUPS, ""]))
         name = draw(st.sampled_from(["nope", "windw_s", "sm_clock", "Backend", "a.b", "ü"]))
-        return f"{draw(st.sampled_from(['', '+']))}{group + '.' if group else ''}{name}={draw(any_value)}"
+        return (f"{draw(st.sampled_from(['', '+']))}{group + '.' if group else ''}"
+                f"{name}={draw(any_value)}")
     group = draw(st.sampled_from(list(OPTIONS)))
-    option = draw(st.one_of(st.sampled_from(OPTIONS[group]), st.sampled_from(["nope", "a100", "../device/sim", "", "x y"])))
+    option = draw(st.one_of(
+        st.sampled_from(OPTIONS[group]),
+        st.sampled_from(["nope", "a100", "../device/sim", "", "x y"]),
+    ))
     return f"{group}={option}"
 
 
@@ -144,14 +161,13 @@ def check_overrides(overrides: list[str], device: Any) -> UserError | None:
     Hydra and OmegaConf errors are converted as ``dvfs sweep`` converts them (``run_sweep``); any
     other exception escapes, and fails the test.
     """
-    from orchestrator import app, inject
     from orchestrator.guard import Policy
+    from orchestrator.jobs import JobSpec
 
     try:
         cfg = C.compose(overrides)
-        resolved, request = app.prepare(cfg)
-        inject.validate(cfg.device.inject, cfg.device.backend)  # as the launcher checks it
-        Policy().check(request, device.capabilities(), device.identity.name)
+        spec = JobSpec.from_config(cfg)  # validates, inject spec included
+        Policy().check(spec.request, device.capabilities(), device.identity.name)
     except UserError as e:
         return e
     except Exception as e:  # noqa: BLE001 - the same conversion as the CLI, else re-raised
@@ -159,7 +175,7 @@ def check_overrides(overrides: list[str], device: Any) -> UserError | None:
         if err is None:
             raise
         return err
-    assert_valid(cfg, resolved, request)
+    assert_valid(cfg, spec.resolved, spec.request)
     return None
 
 
@@ -171,7 +187,8 @@ def assert_valid(cfg: Any, resolved: dict[str, Any], request: Any) -> None:
                 "counter_edge_wait_s"):
         value = getattr(m, key)
         assert isinstance(value, (int, float)) and math.isfinite(value) and value >= 0, (key, value)
-    for key in ("min_iters", "max_iters", "repeats", "warmup_iters", "reference_samples", "min_counter_updates"):
+    for key in ("min_iters", "max_iters", "repeats", "warmup_iters", "reference_samples",
+                "min_counter_updates"):
         assert isinstance(getattr(m, key), int) and getattr(m, key) >= 0, key
     assert m.window_s > 0 and m.min_iters >= 1 and m.repeats >= 1 and m.min_iters <= m.max_iters
     assert m.reference_samples <= 64 and m.repeats <= 10_000
@@ -189,7 +206,8 @@ def assert_valid(cfg: Any, resolved: dict[str, Any], request: Any) -> None:
     json.dumps(resolved)  # what the store and the trial key need
 
 
-@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(overrides=st.lists(override(), min_size=1, max_size=4))
 def test_any_override_is_accepted_and_valid_or_refused_in_one_line(sim_a100, overrides):
     device, state = sim_a100
@@ -209,8 +227,10 @@ def test_any_override_is_accepted_and_valid_or_refused_in_one_line(sim_a100, ove
         (["measure.window_s=nan"], "measure.window_s=nan must be a finite number"),
         (["device.sm_clock_mhz=inf"], "device.sm_clock_mhz=inf"),
         (["device.sm_clock_mhz=[1200.5,1300]"], "whole number"),
-        (["measure.reference_samples=100000"], "measure.reference_samples=100000 must be at most 64"),
-        (["device.energy_update_period_s=-1"], "device.energy_update_period_s=-1.0 must be 0 or more"),
+        (["measure.reference_samples=100000"],
+         "measure.reference_samples=100000 must be at most 64"),
+        (["device.energy_update_period_s=-1"],
+         "device.energy_update_period_s=-1.0 must be 0 or more"),
         (["device.count=100"], "device.count=100"),
         (["seed=-1"], "seed=-1 must be 0 or more"),
         (["device.gpus=[1.5]"], "device.gpus"),
@@ -240,8 +260,10 @@ def test_values_hypothesis_found_are_refused_with_a_reason(sim_a100, overrides, 
 )
 def test_bad_input_through_dvfs_sweep_is_exit_2_one_line_no_traceback(tmp_path, override_):
     env = dict(os.environ, DVFS_SIM_STATE_DIR=str(tmp_path / "sim"))
-    out = subprocess.run([*DVFS, "sweep", "workload.size=tiny", f"hydra.run.dir={tmp_path / 'run'}", override_],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [*DVFS, "sweep", "workload.size=tiny", f"hydra.run.dir={tmp_path / 'run'}", override_],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr, out.stderr
     assert not (tmp_path / "run" / "trials.sqlite").exists()

@@ -58,11 +58,13 @@ class RayGpusLauncher(Launcher):
         self.task_function: Any = None
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        """Keep what Hydra hands over before the first batch: its context, task and config."""
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[Any]:
+        """Run one batch on the per-GPU workers; a ``JobReturn`` per job, in the batch's order."""
         from orchestrator.launch import LaunchSettings, launch_batch
 
         settings = LaunchSettings.from_mapping(self.params)

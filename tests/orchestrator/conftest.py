@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
 
 from kernels import KernelCache
 from orchestrator.config import compose
 from orchestrator.devices import journal_dir, open_backend
-from orchestrator.guard import Journal, SettingsGuard
+from orchestrator.guard import SettingsGuard
+from orchestrator.jobs import JobSpec
+from orchestrator.journal import Journal
 from orchestrator.trial import TrialContext, run_trial
 
 KERNELS = KernelCache()  # one cache for the module: each kernel compiles once, as on a worker
@@ -47,7 +48,7 @@ def run(tmp_path):
         ctx = TrialContext(device=device, guard=guard, kernels=kernels or KERNELS, sweep_id="test")
         if before is not None:
             before(device)
-        rows = run_trial(ctx, cfg, OmegaConf.to_container(cfg, resolve=True))
+        rows = run_trial(ctx, JobSpec.from_config(cfg))
         return rows, ctx
 
     yield _run

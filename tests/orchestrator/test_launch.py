@@ -28,7 +28,7 @@ def sim4(tmp_path_factory):
     import ray
 
     from orchestrator.devices import open_backend
-    from orchestrator.worker import close_pool
+    from orchestrator.pool import close_pool
 
     state = tmp_path_factory.mktemp("launch") / "sim"
     saved = os.environ.get("DVFS_SIM_STATE_DIR")
@@ -194,7 +194,6 @@ def test_a_worker_killed_mid_trial_is_a_crash_and_its_gpu_is_restored(sim4, tmp_
 
 def test_a_hung_kernel_is_a_timeout_and_the_sweep_completes(sim4, tmp_path):
     d = tmp_path / "hang"
-    t0 = time.monotonic()
     rc = sweep(
         "hydra.launcher.placement=every",
         "hydra.launcher.timeout_s=8",
@@ -204,12 +203,13 @@ def test_a_hung_kernel_is_a_timeout_and_the_sweep_completes(sim4, tmp_path):
         f"hydra.sweep.dir={d}",
     )
     assert rc == 0
-    assert time.monotonic() - t0 < 60
     rows = stored(d)
     gpu2 = uuids_in_pci_order(sim4)[2]
     assert sorted(r["status"] for r in rows) == ["ok", "ok", "ok", "timeout"]
     (timed_out,) = [r for r in rows if r["status"] == "timeout"]
     assert timed_out["device_uuid"] == gpu2 and "8 s" in timed_out["error"]
+    launch = timed_out["launch"]  # killed at its 8 s limit, not after the 300 s hang
+    assert 8 <= launch["killed_at"] - launch["dispatched_at"] < 60
     assert sim_gpu(sim4, 2)["locked_sm_mhz"] is None  # the new worker restored it as it started
     assert not list((sim4 / "journal").glob("*.json"))
 
@@ -233,7 +233,7 @@ def test_a_kernel_that_raised_is_a_failed_trial_and_the_worker_goes_on(sim4, tmp
 def test_a_second_sweep_waits_for_a_gpu_another_process_holds(sim4, tmp_path):
     from filelock import FileLock
 
-    from orchestrator.worker import close_pool
+    from orchestrator.pool import close_pool
 
     close_pool()  # this module's workers hold every lease between tests
     gpu3 = uuids_in_pci_order(sim4)[3]
@@ -341,9 +341,9 @@ def test_a_gpu_that_falls_off_the_bus_takes_no_further_trials_and_the_report_nam
     from analysis.report import main as report_main
     from orchestrator.devices import journal_dir, open_backend
     from orchestrator.devices.sim import nvml as sim
-    from orchestrator.guard import Journal, restore_journal
+    from orchestrator.journal import Journal, restore_journal
+    from orchestrator.pool import close_pool
     from orchestrator.store import ResultStore
-    from orchestrator.worker import close_pool
 
     d = tmp_path / "lost"
     gpu1 = uuids_in_pci_order(sim4)[1]

@@ -71,7 +71,7 @@ def cluster(tmp_path_factory):
     """Two Ray nodes on 127.0.0.1, two simulated GPUs each; yields (address, {node: uuids})."""
     import ray
 
-    from orchestrator.worker import join_ray
+    from orchestrator.pool import join_ray
 
     root = tmp_path_factory.mktemp("cluster")
     head_sim, node_sim = root / "head-sim", root / "node-sim"
@@ -104,7 +104,7 @@ def cluster(tmp_path_factory):
             time.sleep(1)
         yield address, uuids
     finally:
-        from orchestrator.worker import close_pool
+        from orchestrator.pool import close_pool
 
         close_pool()
         if ray.is_initialized():

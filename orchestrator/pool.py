@@ -1,0 +1,493 @@
+"""The driver's pool of GPU workers: one Ray actor per GPU, the calls in flight, Ray's lifetime.
+
+A ``GpuPool`` is the set of workers of one machine: it starts one ``worker.GpuWorker`` per GPU
+the Ray cluster declares (``num_gpus=1, num_cpus=0``), learns which GPU each got (a
+``worker.WorkerInfo``), keeps those that some job's ``device.gpus`` (and the launcher's placement)
+selects, and checks every job against every GPU it may run on before the supervisor
+(``orchestrator.supervisor``) sends any work. ``device.gpus`` is a job's *route*, not part of the
+machine: jobs that name different GPUs (the stability sweeper pins each search to its GPU by
+UUID) share one pool, and each slot (``orchestrator.slot.Slot``) knows which jobs' selections
+include its GPU.
+
+**Calls.** Every call to a worker goes through the pool (``call``), which records it as in flight
+and moves the slot into that call's state; its answer is taken back with ``take`` and a call
+given up with ``cancel``. The supervisor reads slots and calls these methods; it never edits a
+slot's fields or the table of calls in flight.
+
+**Lifetime.** A process keeps one pool and reuses it for every batch of a sweep (``get_pool``); a
+later batch that names a GPU the pool left out restarts it. The calls in flight belong to the pool,
+not to a batch: a worker still waiting for its lease when one batch ends answers in the next.
+A local Ray instance started here is shut down with the pool at exit (``close_pool``).
+
+This module imports neither Ray nor a framework at import time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import math
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from orchestrator.errors import UserError
+from orchestrator.jobs import PER_JOB_KEYS, machine_key
+from orchestrator.slot import Call, Slot, selection_key
+from orchestrator.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker, WorkerInfo
+
+log = logging.getLogger(__name__)
+
+LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine, loopback mode
+
+
+class GpuPool:
+    """The workers of one machine (one ``device`` config) on a local Ray instance or a cluster.
+
+    Args:
+        settings: the launcher's settings (``orchestrator.launch.LaunchSettings``).
+        device: the sweep's resolved ``device`` config (its settings and ``gpus`` are ignored).
+        selections: the ``device.gpus`` values of the jobs it will run; it keeps every GPU that
+            one of them selects.
+    """
+
+    def __init__(self, settings: Any, device: dict[str, Any], selections: list[Any]) -> None:
+        self.settings = settings
+        self.device = {k: (None if k in PER_JOB_KEYS else v) for k, v in device.items()}
+        self.selections = {selection_key(g): g for g in selections}
+        self.key = settings.pool_key() + machine_key(device)
+        self.slots: list[Slot] = []
+        self.started_ray = False
+        self._inflight: dict[Any, tuple[Slot, Call]] = {}  # object ref -> call, across batches
+        self._actor_cls: Any = None
+        self._node_gpus: dict[str | None, int] = {}
+
+    # --- calls to workers ----------------------------------------------------------------------
+    def call(
+        self, slot: Slot, call: Call, *args: Any, deadline: float = math.inf, job: Any = None
+    ) -> Any:
+        """Send ``call`` to the slot's worker: the slot enters the call's state until ``take``.
+
+        Args:
+            slot: the GPU.
+            call: which of the worker's methods.
+            *args: its arguments.
+            deadline: ``time.monotonic()`` by which the answer must be back.
+            job: the job of a ``Call.RUN`` (``launch.Job``).
+
+        Returns:
+            The call's object ref.
+        """
+        ref = getattr(slot.actor, call.value).remote(*args)
+        slot.begin(call, ref, deadline, job)
+        self._inflight[ref] = (slot, call)
+        return ref
+
+    def take(self, ref: Any) -> tuple[Slot, Call] | None:
+        """The slot and call an answered ref was for (None: given up); no longer in flight."""
+        owner = self._inflight.pop(ref, None)
+        if owner is not None:
+            owner[0].end_call()
+        return owner
+
+    def cancel(self, slot: Slot) -> None:
+        """Give up the slot's call in flight (its answer, if it comes, is ignored)."""
+        self._inflight.pop(slot.ref, None)
+        slot.end_call()
+
+    def refs(self) -> list[Any]:
+        """The object refs of every call in flight."""
+        return list(self._inflight)
+
+    def next_deadline(self) -> float:
+        """The earliest deadline of a call in flight (inf: none)."""
+        return min((s.deadline for s in self.slots), default=math.inf)
+
+    def retire(self, slot: Slot, reason: str) -> None:
+        """Take a GPU out of the sweep for good: forget its call, end its workers."""
+        self._inflight.pop(slot.ref, None)
+        for actor in slot.retire(reason):
+            kill(actor)
+
+    def start_worker(self, slot: Slot, *, deadline: float, replacing: bool = True) -> None:
+        """Start a new worker for the slot's GPU on its node and ask it which GPU it got.
+
+        Args:
+            slot: the GPU.
+            deadline: ``time.monotonic()`` by which the worker must answer.
+            replacing: it replaces a worker that died or hung (counted as a restart); False: one
+                more try after a new worker landed on another GPU of the node (``Slot.park``).
+        """
+        slot.new_worker(self.spawn(slot.node_id), restart=replacing)
+        self.call(slot, Call.IDENTIFY, deadline=deadline)
+
+    # --- Ray -----------------------------------------------------------------------------------
+    def _ensure_ray(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            return
+        quiet = {"log_to_driver": self.settings.log_to_driver, "logging_level": logging.WARNING}
+        with _keeping_sigterm_handler():
+            self._init_ray(quiet)
+        self.started_ray = True
+
+    def _init_ray(self, quiet: dict[str, Any]) -> None:
+        """Start a local Ray instance, or join the cluster at ``address``.
+
+        A local instance listens on loopback only (see ``start``), its web dashboard is off (on,
+        with ``hydra.launcher.dashboard=true``, at 127.0.0.1:8265), and every call to it needs the
+        token Ray keeps in ``~/.ray/auth_token`` (token authentication, Ray's default for a local
+        instance since 2.59; ``RAY_AUTH_MODE=disabled`` in the user's environment turns it off,
+        nothing here does).
+        """
+        import ray
+
+        if self.settings.address is None:
+            # One logical GPU per simulated GPU, one for the host CPU; real GPUs: Ray counts them.
+            declared = {"sim": int(self.device.get("count") or 1), "cpu": 1}
+            ray.init(
+                address="local",
+                num_gpus=declared.get(self.device.get("backend")),
+                include_dashboard=bool(self.settings.dashboard),
+                dashboard_host="127.0.0.1",
+                **quiet,
+            )
+        else:
+            join_ray(self.settings.address, **quiet)
+
+    def _worker_env(self) -> dict[str, str]:
+        """Every worker's environment (on one machine also: where the sim and journal are)."""
+        from orchestrator.devices import JOURNAL_ENV, sim_state_dir
+
+        env = dict(WORKER_ENV)
+        if self.settings.address is None:
+            if self.device.get("backend") == "sim":
+                env[SIM_STATE_ENV] = str(sim_state_dir(self.device))
+            if os.environ.get(JOURNAL_ENV):
+                env[JOURNAL_ENV] = os.environ[JOURNAL_ENV]
+        return env
+
+    def spawn(self, node_id: str | None = None) -> Any:
+        """Start a worker (on ``node_id`` if given); Ray picks which free GPU it gets."""
+        import ray
+
+        if self._actor_cls is None:
+            self._actor_cls = ray.remote(GpuWorker)
+        options: dict[str, Any] = {
+            "num_gpus": 1,
+            "num_cpus": self.settings.num_cpus,
+            "max_restarts": 0,  # the supervisor replaces workers itself, and records why
+            "runtime_env": {"env_vars": self._worker_env()},
+        }
+        if self.settings.resources:
+            options["resources"] = dict(self.settings.resources)
+        if node_id is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                node_id=node_id, soft=False
+            )
+        return self._actor_cls.options(**options).remote(self.device)
+
+    def node_gpus(self, node_id: str | None) -> int:
+        """How many GPUs the node had when the pool started."""
+        return self._node_gpus.get(node_id, 1)
+
+    # --- start, select, check ------------------------------------------------------------------
+    def start(self, note: Callable[[str], None]) -> None:
+        """Start one worker per GPU of the Ray cluster, learn each one's GPU, keep the selected.
+
+        Args:
+            note: prints a line for the user.
+
+        Raises:
+            UserError: no GPU in the cluster, none selected, or two workers on one GPU.
+        """
+        self._start_ray()  # first: Ray reads its loopback-only switch when first imported
+        import ray
+
+        total = int(ray.cluster_resources().get("GPU", 0))
+        if total <= 0:
+            raise UserError(
+                f"the Ray cluster at {self.settings.address} declares no GPUs: start its nodes "
+                "with `ray start --num-gpus=N`"
+            )
+        note(f"ray_gpus: starting {total} worker(s), one per GPU")
+        infos = self._identify_all([self.spawn() for _ in range(total)], note)
+        for info, _ in infos:
+            for action in info.restored:
+                note(f"ray_gpus: {action} (left changed by a killed process)")
+        self._refuse_duplicates([i for i, _ in infos])
+        self._keep(infos, self._select([i for i, _ in infos]))
+
+    def _start_ray(self) -> None:
+        """Start or join Ray (and, on one machine, create the simulated machine first).
+
+        A local instance is one machine: in Ray's single-machine mode its node address is
+        127.0.0.1, so every server it starts listens on loopback only (``ray.init`` turns a
+        ``_node_ip_address`` of 127.0.0.1 into the machine's public address). Ray reads the
+        variable when it is first imported, and the processes ``ray.init`` starts inherit it; it
+        is then taken out again, so that a later ``ray start`` of this process's children may
+        still join a cluster. A user's own value wins.
+        """
+        local_only = self.settings.address is None and LOCAL_ONLY_ENV not in os.environ
+        if local_only:
+            os.environ[LOCAL_ONLY_ENV] = "0"
+        try:
+            if self.settings.address is None and self.device.get("backend") == "sim":
+                self._create_local_sim()
+            self._ensure_ray()
+        finally:
+            if local_only:
+                os.environ.pop(LOCAL_ONLY_ENV, None)
+        if self.started_ray:
+            atexit.register(close_pool)  # after ray.init's own: runs before Ray shuts down
+
+    def _identify_all(
+        self, actors: list[Any], note: Callable[[str], None]
+    ) -> list[tuple[WorkerInfo, Any]]:
+        """Ask every new worker which GPU it got; end those that fail or do not answer in time."""
+        import ray
+
+        refs = {a.identify.remote(list(self.selections.values())): a for a in actors}
+        ready, not_ready = ray.wait(
+            list(refs), num_returns=len(refs), timeout=self.settings.start_timeout_s
+        )
+        infos: list[tuple[WorkerInfo, Any]] = []
+        errors: list[str] = []
+        for ref in ready:
+            try:
+                infos.append((ray.get(ref), refs[ref]))
+            except ray.exceptions.RayError as e:
+                errors.append(first_line(e))
+                kill(refs[ref])
+        for ref in not_ready:
+            kill(refs[ref])
+        if not_ready:
+            note(
+                f"ray_gpus: {len(not_ready)} GPU(s) were not free within "
+                f"{self.settings.start_timeout_s:g} s"
+            )
+        if not infos:
+            raise UserError(
+                f"no worker could start on a GPU: {errors[0] if errors else 'none became free'}"
+            )
+        return infos
+
+    def _keep(self, infos: list[tuple[WorkerInfo, Any]], wanted: dict[str, set[str]]) -> None:
+        """A slot for every selected GPU, in host and index order; the other workers end."""
+        multi_node = len({i.node_id for i, _ in infos}) > 1
+        for info, actor in infos:
+            self._node_gpus[info.node_id] = self._node_gpus.get(info.node_id, 0) + 1
+            if info.uuid in wanted:
+                self.slots.append(
+                    Slot(info, actor, multi_node=multi_node, selections=wanted[info.uuid])
+                )
+            else:
+                kill(actor)
+        self.slots.sort(key=lambda s: (s.info.host, s.node_id or "", s.info.identity.index))
+
+    def _create_local_sim(self) -> None:
+        """On one machine, create (or check) the simulated machine once, as ``dvfs sweep`` does."""
+        from orchestrator.devices import open_backend
+
+        try:
+            open_backend(self.device).close()
+        except ValueError as e:  # the sim's MachineSpecError and ProfileError
+            raise UserError(str(e)) from e
+
+    @staticmethod
+    def _refuse_duplicates(infos: list[WorkerInfo]) -> None:
+        seen: dict[str, WorkerInfo] = {}
+        for info in infos:
+            other = seen.setdefault(info.uuid, info)
+            if other is not info:
+                raise UserError(
+                    f"two workers see GPU {info.uuid} (hosts {other.host} and {info.host}, sim "
+                    f"state {other.sim_state_dir} and {info.sim_state_dir}): on a simulated "
+                    "cluster give each node its own DVFS_SIM_STATE_DIR and device.seed"
+                )
+
+    def _select(self, infos: list[WorkerInfo]) -> dict[str, set[str]]:
+        """GPU uuid -> the selections that pick it, for every GPU some selection picks.
+
+        Raises:
+            UserError: a placement UUID no worker found, or a ``device.gpus`` that picks no GPU.
+        """
+        placement = self.settings.placement
+        found = sorted(i.uuid for i in infos)
+        if isinstance(placement, tuple):
+            missing = [u for u in placement if u not in found]
+            if missing:
+                raise UserError(
+                    f"hydra.launcher.placement names GPU(s) no worker found: {', '.join(missing)}; "
+                    f"found: {', '.join(found)}"
+                )
+        keys = list(self.selections)
+        chosen: dict[str, set[str]] = {}
+        for i in infos:
+            if isinstance(placement, tuple) and i.uuid not in placement:
+                continue
+            picked = {k for k, ok in zip(keys, i.selected) if ok}
+            if picked:
+                chosen[i.uuid] = picked
+        for n, key in enumerate(keys):
+            if any(key in picked for picked in chosen.values()):
+                continue
+            reasons = sorted({i.select_errors[n] for i in infos if i.select_errors[n]})
+            why = f": {reasons[0]}" if reasons else (
+                f" and placement={placement}; found: {', '.join(found)}"
+            )
+            raise UserError(f"no GPU is selected by device.gpus={self.selections[key]}{why}")
+        return chosen
+
+    def check(self, jobs: list[Any]) -> None:
+        """Every job's settings against each GPU it may run on (policy, support), before anything
+        runs.
+
+        Raises:
+            UserError: the first refused (job, GPU), on one line.
+        """
+        import ray
+
+        unique: dict[str, dict[str, Any]] = {}
+        for j in jobs:
+            unique.setdefault(json.dumps(j.device, sort_keys=True, default=str), j.device)
+        cfgs = list(unique.values())
+        live = [s for s in self.slots if s.live]
+        refused: dict[str, list[tuple[Slot, str]]] = {}
+        for slot, ref in [(s, s.actor.check.remote(cfgs)) for s in live]:
+            try:
+                errs = ray.get(ref)
+            except ray.exceptions.RayActorError:
+                continue  # a worker being replaced; the supervisor sees to it
+            for key, err in zip(unique, errs):
+                if err is not None:
+                    refused.setdefault(key, []).append((slot, err))
+        for j in jobs:
+            for slot, err in refused.get(json.dumps(j.device, sort_keys=True, default=str), []):
+                if slot.runs(j):
+                    raise UserError(
+                        f"job #{j.num} ({j.what}) on {slot.label} ({slot.uuid}): {err}; "
+                        "nothing was run"
+                    )
+
+    def close(self) -> None:
+        """Restore every GPU, release the leases, end the workers."""
+        import ray
+
+        if ray.is_initialized():
+            refs = [s.actor.close.remote() for s in self.slots if s.live]
+            if refs:
+                ray.wait(refs, num_returns=len(refs), timeout=15)
+            for s in self.slots:
+                for actor in [s.actor, *s.parked]:
+                    kill(actor)
+        self.slots.clear()
+        self._inflight.clear()
+
+
+def join_ray(address: str, **init_kwargs: Any) -> None:
+    """Connect this process to a running Ray cluster (``auto``, ``host:port`` or ``ray://...``).
+
+    A cluster started by ``ray start`` uses token authentication (Ray 2.60); ``ray.init`` turns
+    it on for ``address="auto"`` when it finds the token (``~/.ray/auth_token``,
+    ``RAY_AUTH_TOKEN_PATH`` or ``RAY_AUTH_TOKEN``) but not for an explicit address, which then
+    fails with ``InvalidAuthToken``: turn it on the same way for every address. Ray has no
+    public call for this; its own ``ray.init(address="auto")`` path calls the same function.
+    """
+    import importlib
+
+    import ray
+
+    try:
+        setup = importlib.import_module("ray._private.authentication.authentication_token_setup")
+    except ImportError:  # another Ray version: nothing to do
+        pass
+    else:
+        if not address.startswith("ray://"):
+            setup.maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    ray.init(address=address, **init_kwargs)
+
+
+@contextlib.contextmanager
+def _keeping_sigterm_handler() -> Iterator[None]:
+    """Keep this process's SIGTERM handler across ``ray.init``.
+
+    ``ray.init`` replaces it (Python's with ``sys.exit``, then its core worker's C++ handler, which
+    prints a stack and aborts): ``dvfs sweep`` handles SIGTERM itself, closing the workers (each
+    restores its GPU) and keeping every stored row.
+    """
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if main and handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+def kill(actor: Any) -> None:
+    """End a worker now (SIGKILL: what it was doing is lost; its lease is freed by the OS)."""
+    import ray
+
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # noqa: BLE001 - already gone, or Ray is down
+        pass
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of what went wrong in a worker (the cause of a RayTaskError)."""
+    cause = getattr(e, "cause", None)
+    text = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(e)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0][:500] if lines else type(e).__name__
+
+
+_pool: GpuPool | None = None
+
+
+def get_pool(
+    settings: Any, device: dict[str, Any], selections: list[Any], note: Callable[[str], None]
+) -> GpuPool:
+    """The process's pool for this machine and these settings (started once, then reused).
+
+    Args:
+        settings: the launcher's settings.
+        device: the batch's resolved ``device`` config.
+        selections: the batch's ``device.gpus`` values; a pool that lacks a GPU one of them picks
+            is restarted with every selection it had and the new ones.
+        note: prints a line for the user.
+    """
+    global _pool
+    key = settings.pool_key() + machine_key(device)
+    wanted = {selection_key(g): g for g in selections}
+    if _pool is not None and _pool.key == key and not wanted.keys() <= _pool.selections.keys():
+        note("ray_gpus: this batch names GPUs the workers were not started for; restarting them")
+        wanted = {**_pool.selections, **wanted}
+        close_pool()
+    if _pool is not None and _pool.key != key:
+        close_pool()
+    if _pool is None:
+        pool = GpuPool(settings, device, list(wanted.values()))
+        pool.start(note)
+        _pool = pool
+    _pool.settings = settings  # limits may change between batches; the workers stay
+    return _pool
+
+
+def close_pool() -> None:
+    """End the process's pool of workers (also runs at exit)."""
+    global _pool
+    pool, _pool = _pool, None
+    if pool is not None:
+        try:
+            pool.close()
+        except Exception as e:  # noqa: BLE001 - at exit, Ray may already be down
+            log.debug("closing the worker pool: %s", e)

@@ -1,0 +1,418 @@
+"""The supervisor: runs one batch of jobs over a started pool and stores results as they finish.
+
+It sends each job to an idle worker (``placement=any``), to every worker (``every``, one trial
+per GPU: a fleet survey), or to the next idle one of a list of GPU UUIDs, always among the GPUs
+the job's own ``device.gpus`` selects, and handles results **as they finish** (``ray.wait``):
+each row is written to the store on the driver at once, so a cluster needs no shared filesystem
+and a killed sweep loses only the trials in flight. Jobs whose trial key is already stored are
+skipped (resume, one keyed query per store).
+
+Failure semantics (the sweep always ends with a row for every job and GPU):
+
+- the kernel raised, or a check failed: the trial's own row says so (``crash``, ``wrong``...); the
+  worker goes on;
+- the worker process died (SIGKILL, segfault, OOM, node lost: ``ActorDiedError`` and the other
+  ``RayActorError``s): the trial is recorded as ``crash``, a new worker is started on the same
+  GPU (same node), restores what the dead one left changed, and takes the next job;
+- a trial ran past its limit (``hydra.launcher.timeout_s``, else the job's ``measure.timeout_s``):
+  its worker is killed and replaced and the trial is recorded as ``timeout``;
+- a GPU whose worker died ``max_restarts`` times in a row (or whose replacement did not start
+  within ``start_timeout_s``) is retired: ``any`` jobs go to the other GPUs; its ``every`` jobs
+  are recorded as ``device_error``.
+
+Slots move only through the pool's and the slot's methods (``orchestrator.slot``); this module
+decides *when*, never edits their fields. Ray is imported only inside functions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.jobs import record_sweep, stored_trials
+from orchestrator.pool import GpuPool, first_line, kill
+from orchestrator.progress import Progress
+from orchestrator.rows import JobResult, Status, failure_rows, summarise
+from orchestrator.slot import Call, Slot, SlotState
+
+if TYPE_CHECKING:
+    from orchestrator.launch import Job
+    from orchestrator.worker import AcquireReply, TrialReply, WorkerInfo
+
+# What a lane of the progress line shows for a slot that runs no trial.
+_LANE_TEXT = {
+    SlotState.IDENTIFIED: "starting",
+    SlotState.ACQUIRING: "taking GPU",
+}
+
+
+class Supervisor:
+    """Runs one batch of jobs over a started pool (see the module docstring for the semantics).
+
+    Args:
+        pool: the started pool of workers.
+        jobs: the batch, validated (``launch.prepare_jobs``) and checked (``GpuPool.check``).
+        progress: where counts and lines go.
+    """
+
+    def __init__(self, pool: GpuPool, jobs: list[Job], progress: Progress) -> None:
+        self.pool = pool
+        self.jobs = jobs
+        self.progress = progress
+        self.settings = pool.settings
+        self.every = self.settings.placement == "every"
+        self.pending: list[Job] = []  # placement any or a list: one queue, taken per GPU
+        self.queues: dict[str, deque[Job]] = {s.uuid: deque() for s in pool.slots}  # every
+        self.results: dict[tuple[int, str], JobResult] = {}  # (job number, GPU uuid) -> result
+        self.retired: dict[str, dict[str, Any]] = {}  # GPU uuid -> label, host, reason, time
+        self.stores: dict[Path, Any] = {}
+        self.frameworks = tuple(sorted({j.spec.config.framework.name for j in jobs}))
+
+    # --- the loop ------------------------------------------------------------------------------
+    def run(self) -> list[JobResult]:
+        """Run the batch to the end; returns each job's result, in job order."""
+        import ray
+
+        try:
+            self._plan()
+            for slot in self.pool.slots:
+                if slot.state is SlotState.IDENTIFIED:
+                    self._acquire(slot)
+                elif not slot.live and self.every:
+                    self._fail_queue(slot)
+                self._show(slot)
+            while not self._finished():
+                self._dispatch()
+                refs = self.pool.refs()
+                if not refs:  # nothing runs and nothing can: what is left has no live GPU
+                    self._fail_stranded()
+                    break
+                wait_s = min(0.25, max(self.pool.next_deadline() - time.monotonic(), 0.0))
+                ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
+                for ref in ready:
+                    self._on_ready(ref)
+                self._check_deadlines()
+                self._show_waiting()
+                self.progress.refresh()
+        finally:
+            for store in self.stores.values():
+                store.close()
+        return [self._result(j) for j in self.jobs]
+
+    def _result(self, job: Job) -> JobResult:
+        """The job's result over the GPUs it ran on (the worst, for ``every``)."""
+        results = [r for (n, _), r in self.results.items() if n == job.num]
+        return results[0] if len(results) == 1 else JobResult.combine(results)
+
+    def _finished(self) -> bool:
+        # A worker being replaced restores its GPU as it starts: wait for that too.
+        if any(s.state in (SlotState.BUSY, SlotState.STARTING) for s in self.pool.slots):
+            return False
+        return not any(self.queues.values()) if self.every else not self.pending
+
+    def _plan(self) -> None:
+        """Queue what is not stored yet; count what is (resume: one keyed query per store)."""
+        stored: dict[tuple[Path, int], dict[str, list[dict[str, Any]]]] = {}
+        for job in self.jobs:
+            group = (job.store_dir, job.repeats)
+            if group not in stored:
+                keys = {
+                    j.spec.trial_key(s.uuid)
+                    for j in self.jobs if (j.store_dir, j.repeats) == group
+                    for s in self.pool.slots if s.runs(j)
+                }
+                stored[group] = stored_trials(self._store(job), keys, job.repeats)
+            self._plan_job(job, stored[group])
+        if self.progress.skipped:
+            self.progress.note(
+                f"ray_gpus: {self.progress.skipped} trial(s) already in the store, skipped (resume)"
+            )
+
+    def _plan_job(self, job: Job, stored: dict[str, list[dict[str, Any]]]) -> None:
+        """Queue one job (per GPU, for ``every``) unless its trial is stored in full."""
+        done: dict[str, JobResult] = {}
+        slots = [s for s in self.pool.slots if s.runs(job)]
+        for slot in slots:
+            rows = stored.get(job.spec.trial_key(slot.uuid))
+            if rows is not None:
+                done[slot.uuid] = JobResult.of(rows, job.spec.objective_name)
+        if self.every:
+            for slot in slots:
+                if slot.uuid in done:
+                    self.results[(job.num, slot.uuid)] = done[slot.uuid]
+                    self.progress.trial_skipped()
+                else:
+                    self.queues[slot.uuid].append(job)
+        elif done:
+            uuid, result = next(iter(done.items()))
+            self.results[(job.num, uuid)] = result
+            self.progress.trial_skipped()
+        else:
+            self.pending.append(job)
+
+    def _store(self, job: Job) -> Any:
+        from orchestrator.store import ResultStore
+
+        store = self.stores.get(job.store_dir)
+        if store is None:
+            store = self.stores[job.store_dir] = ResultStore(job.store_dir)
+            record_sweep(store, job.spec)
+            placement = self.settings.placement
+            store.put_meta(
+                "launcher",
+                {
+                    "name": "ray_gpus",
+                    "address": self.settings.address,
+                    "placement": list(placement) if isinstance(placement, tuple) else placement,
+                    "gpus": [
+                        {"uuid": s.uuid, "host": s.info.host, "node_id": s.node_id}
+                        for s in self.pool.slots
+                    ],
+                },
+            )
+        return store
+
+    # --- sending work --------------------------------------------------------------------------
+    def _acquire(self, slot: Slot) -> None:
+        self.pool.call(slot, Call.ACQUIRE, self.settings.lease_wait_s)
+        self._show(slot)
+
+    def _dispatch(self) -> None:
+        for slot in self.pool.slots:
+            if slot.state is not SlotState.IDLE:
+                continue
+            if self.every:
+                queue = self.queues[slot.uuid]
+                if not queue:
+                    continue
+                job = queue.popleft()
+            else:
+                job = next((j for j in self.pending if slot.runs(j)), None)
+                if job is None:
+                    continue
+                self.pending.remove(job)
+            deadline = time.monotonic() + job.timeout_s
+            self.pool.call(slot, Call.RUN, job.spec, job.sweep_id, deadline=deadline, job=job)
+            self._show(slot)
+
+    # --- results -------------------------------------------------------------------------------
+    def _on_ready(self, ref: Any) -> None:
+        import ray
+
+        owner = self.pool.take(ref)
+        if owner is None:
+            return
+        slot, call = owner
+        if call is Call.RUN:
+            self._on_trial(slot, ref)
+            return
+        try:
+            value = ray.get(ref)
+        except ray.exceptions.RayTaskError as e:  # our code raised; the GPU is unusable to it
+            self._retire(slot, f"its worker failed to {call.value}: {first_line(e)}")
+            return
+        except ray.exceptions.RayError as e:
+            self._replace(slot, f"its worker died ({call.value}): {first_line(e)}")
+            return
+        if call is Call.IDENTIFY:
+            self._on_identify(slot, value)
+        elif call is Call.ACQUIRE:
+            self._on_acquire(slot, value)
+        else:  # warm
+            slot.mark_idle()
+            self._show(slot)
+
+    def _on_acquire(self, slot: Slot, reply: AcquireReply) -> None:
+        if not reply.ok:
+            self._retire(slot, reply.error or "the GPU's lease was not free")
+            return
+        for action in reply.restored:
+            self._note_restored(slot, action)
+        self.pool.call(slot, Call.WARM, self.frameworks)
+        self._show(slot)
+
+    def _on_trial(self, slot: Slot, ref: Any) -> None:
+        import ray
+
+        job = slot.take_job()
+        try:
+            reply: TrialReply = ray.get(ref)
+        except ray.exceptions.RayTaskError as e:  # our code raised in the worker, which lives on
+            slot.mark_idle()
+            error = f"the worker raised: {first_line(e)}"
+            self._record(slot, job, self._failure(slot, job, Status.CRASH, error), {})
+        except ray.exceptions.RayError as e:  # the process is gone: ActorDiedError and the like
+            where = f"pid {slot.info.pid} on {slot.info.host}"
+            error = f"the worker process died ({where}): {first_line(e)}"
+            rows = self._failure(slot, job, Status.CRASH, error)
+            self._record(slot, job, rows, {"died_at": time.time()})
+            self._replace(slot, "its worker died during a trial")
+        else:
+            if not reply.ran:  # the GPU was unhealthy before the trial: nothing ran
+                self._retire(slot, reply.unhealthy or "unhealthy", requeue=job)
+                return
+            slot.mark_idle()
+            slot.trial_returned(reply.builds)
+            self._record(slot, job, reply.rows, reply.timing())
+            if reply.unhealthy:  # it failed during this trial: no further trials
+                self._retire(slot, reply.unhealthy)
+                return
+        self._show(slot)
+
+    def _failure(self, slot: Slot, job: Job, status: Status, error: str) -> list[dict[str, Any]]:
+        """The rows of a trial that returned none, on the slot's GPU."""
+        return failure_rows(
+            job.spec, slot.info.identity, status.value, error,
+            sweep_id=job.sweep_id, host=slot.info.host,
+        )
+
+    def _record(
+        self, slot: Slot, job: Job, rows: list[dict[str, Any]], extra: dict[str, Any]
+    ) -> None:
+        """Write a trial's rows to the store now, count the trial, print its summary."""
+        launch = {
+            "launcher": "ray_gpus",
+            "host": slot.info.host,
+            "node_id": slot.node_id,
+            "worker_pid": slot.info.pid,
+            "ray_gpu_id": slot.info.ray_gpu_id,
+            "worker_restarts": slot.restarts,
+            "job_num": job.num,
+            "dispatched_at": slot.dispatched_at,
+            **extra,
+        }
+        store = self._store(job)
+        for row in rows:
+            row["launch"] = launch
+            store.put(row)
+        self.results[(job.num, slot.uuid)] = JobResult.of(rows, job.spec.objective_name)
+        if not job.spec.quiet:
+            self.progress.log(summarise(rows, f"{slot.label} {job.label}"))
+        status = next((r["status"] for r in rows if r.get("status") != Status.OK), Status.OK)
+        self.progress.trial_done(str(status), extra.get("trial_s"))
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for slot in self.pool.slots:
+            if slot.deadline > now:
+                continue
+            self.pool.cancel(slot)
+            if slot.state is SlotState.BUSY:
+                job = slot.take_job()
+                kill(slot.actor)
+                error = (
+                    f"no result after {job.timeout_s:g} s (timeout_s): "
+                    "the worker was killed and replaced"
+                )
+                rows = self._failure(slot, job, Status.TIMEOUT, error)
+                self._record(slot, job, rows, {"killed_at": time.time()})
+                self._replace(slot, "a trial timed out")
+            else:
+                self._replace(
+                    slot, f"a new worker did not start within {self.settings.start_timeout_s:g} s"
+                )
+
+    # --- replacing and retiring ----------------------------------------------------------------
+    def _replace(self, slot: Slot, why: str) -> None:
+        """Kill the slot's worker and start another on the same GPU (same node)."""
+        kill(slot.actor)
+        deaths = slot.worker_died()
+        limit = self.settings.max_restarts
+        if 0 <= limit < deaths:
+            self._retire(
+                slot, f"{why}; its workers died {deaths} times in a row (max_restarts={limit})"
+            )
+            return
+        self.progress.note(f"ray_gpus: {slot.label} ({slot.uuid}): {why}; starting a new worker")
+        self._start_worker(slot, replacing=True)
+
+    def _start_worker(self, slot: Slot, *, replacing: bool) -> None:
+        deadline = time.monotonic() + self.settings.start_timeout_s
+        self.pool.start_worker(slot, deadline=deadline, replacing=replacing)
+        self._show(slot)
+
+    def _on_identify(self, slot: Slot, info: WorkerInfo) -> None:
+        if info.uuid != slot.uuid:
+            # Ray gave it another free GPU of the node: hold that one and try again.
+            if slot.park() > self.pool.node_gpus(slot.node_id):
+                self._retire(slot, "no new worker landed on this GPU")
+            else:
+                self._start_worker(slot, replacing=False)
+            return
+        for actor in slot.adopt(info):
+            kill(actor)
+        for action in info.restored:
+            self._note_restored(slot, action)
+        self._acquire(slot)
+
+    def _note_restored(self, slot: Slot, action: str) -> None:
+        self.progress.note(f"ray_gpus: {slot.label}: {action} (left changed by a killed worker)")
+
+    def _retire(self, slot: Slot, reason: str, requeue: Job | None = None) -> None:
+        """Take a GPU out of the sweep: end its worker, record or move the jobs it will not run.
+
+        Args:
+            slot: the GPU.
+            reason: why, for the progress line and the rows of jobs it leaves unrun.
+            requeue: a job it was given but did not start: back to the front of the queue for
+                another GPU (``placement=every``: recorded as ``device_error`` with its queue).
+        """
+        if requeue is not None:
+            if self.every:
+                self.queues[slot.uuid].appendleft(requeue)
+            else:
+                self.pending.insert(0, requeue)
+        self.pool.retire(slot, reason)
+        self.progress.note(f"ray_gpus: {slot.label} ({slot.uuid}) retired: {reason}")
+        self.retired[slot.uuid] = {
+            "label": slot.label, "host": slot.info.host, "reason": reason, "at": time.time(),
+        }
+        for store in self.stores.values():  # the report names every retired GPU and why
+            retired = {**(store.get_meta("retired_gpus") or {}), slot.uuid: self.retired[slot.uuid]}
+            store.put_meta("retired_gpus", retired)
+        if self.every:
+            self._fail_queue(slot)
+        else:
+            self._fail_stranded()
+        self._show(slot)
+
+    def _fail_queue(self, slot: Slot) -> None:
+        queue = self.queues[slot.uuid]
+        while queue:
+            job = queue.popleft()
+            error = f"not run: GPU retired ({slot.retired_reason})"
+            self._record(slot, job, self._failure(slot, job, Status.DEVICE_ERROR, error), {})
+
+    def _fail_stranded(self) -> None:
+        """Record the queued jobs that no live GPU may run (every GPU they select is retired)."""
+        for job in list(self.pending):
+            slots = [s for s in self.pool.slots if s.runs(job)]
+            if any(s.live for s in slots):
+                continue
+            self.pending.remove(job)
+            reasons = "; ".join(sorted({s.retired_reason or "retired" for s in slots}))
+            error = f"not run: no GPU it may run on is left ({reasons})"
+            rows = self._failure(slots[0], job, Status.DEVICE_ERROR, error)
+            self._record(slots[0], job, rows, {})
+
+    # --- showing -------------------------------------------------------------------------------
+    def _show(self, slot: Slot) -> None:
+        if slot.state is SlotState.BUSY and slot.job is not None:
+            config = slot.job.spec.config
+            clock = config.device.sm_clock_mhz
+            activity = f"{config.workload.name}/{config.framework.name}" + (
+                f"@{clock}" if clock is not None else ""
+            )
+        elif slot.state is SlotState.WARMING:
+            activity = f"loading {'+'.join(self.frameworks)}"
+        else:
+            activity = _LANE_TEXT.get(slot.state, slot.state.value)
+        self.progress.set_lane(slot.label, activity)
+
+    def _show_waiting(self) -> None:
+        now = time.monotonic()
+        for slot in self.pool.slots:
+            if slot.state is SlotState.ACQUIRING and now - slot.since > 1.0:
+                self.progress.set_lane(slot.label, f"waiting for lease {now - slot.since:.0f} s")
