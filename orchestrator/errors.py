@@ -47,7 +47,10 @@ class DeviceNotSupportedError(DeviceError):
 
 
 class InvalidSettingError(UserError):
-    """A value the device does not support (the driver said INVALID_ARGUMENT, or we checked first)."""
+    """A value the device does not support (the driver said INVALID_ARGUMENT, or we checked first).
+
+    Refused before anything is set, like any bad input.
+    """
 
 
 class DeviceLostError(DeviceError):

@@ -29,7 +29,6 @@ from typing import Any
 from orchestrator.errors import UserError
 from orchestrator.guard import Policy
 
-
 _RANGE_KEYS = ("sm_clock_range_mhz", "power_range_w", "clock_offset_range_mhz")
 
 
@@ -62,7 +61,9 @@ def load_policy(path: str | os.PathLike[str] | None, device_name: str) -> Policy
         try:
             st = directory.stat()
         except OSError as e:
-            raise UserError(f"{where}: cannot check directory {directory}: {e.strerror or e}") from None
+            raise UserError(
+                f"{where}: cannot check directory {directory}: {e.strerror or e}"
+            ) from None
         _check_owner_only(where, directory, st, "directory")
     data = _parse(where, raw)
     if not isinstance(data, dict):
@@ -77,7 +78,10 @@ def load_policy(path: str | os.PathLike[str] | None, device_name: str) -> Policy
         merged.update(entry)
     unknown = sorted(str(k) for k in merged if k not in _RANGE_KEYS)
     if unknown:
-        raise UserError(f"{where}: unknown policy keys: {', '.join(unknown)}; known: {', '.join(_RANGE_KEYS)}")
+        raise UserError(
+            f"{where}: unknown policy keys: {', '.join(unknown)}; "
+            f"known: {', '.join(_RANGE_KEYS)}"
+        )
     for key, value in merged.items():
         _check_range(where, key, value)
     return Policy.from_mapping(merged)
@@ -102,7 +106,9 @@ def _check_owner_only(where: str, path: Path, st: os.stat_result, what: str) -> 
             f"a safety policy must be writable only by its owner: chmod go-w {path}"
         )
     if st.st_uid not in (0, os.geteuid()):
-        raise UserError(f"{where}: the {what} {path} is owned by uid {st.st_uid}, neither you nor root")
+        raise UserError(
+            f"{where}: the {what} {path} is owned by uid {st.st_uid}, neither you nor root"
+        )
 
 
 def _check_range(where: str, key: str, value: Any) -> None:
@@ -111,7 +117,10 @@ def _check_range(where: str, key: str, value: Any) -> None:
     ok = (
         isinstance(value, (list, tuple))
         and len(value) == 2
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+        and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in value
+        )
         and value[0] <= value[1]
     )
     if not ok:

@@ -148,11 +148,10 @@ def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend | CpuB
         return NvmlBackend(pynvml, "nvml")
     if backend == "sim":
         from orchestrator.devices.sim import nvml as sim_nvml
-        from orchestrator.devices.sim.state import create_machine
-        from orchestrator.devices.sim_device import SimBackend
-
         from orchestrator.devices.sim.profile import ProfileError
-        from orchestrator.devices.sim.state import MachineSpecError
+        from orchestrator.devices.sim.slots import StateCorruptError
+        from orchestrator.devices.sim.state import MachineSpecError, create_machine
+        from orchestrator.devices.sim_device import SimBackend
 
         state = sim_state_dir(cfg)
         if not (join_existing and (state / "machine.json").exists()):
@@ -160,7 +159,7 @@ def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend | CpuB
                 create_machine(state, **_sim_spec(cfg))
             except ProfileError as e:
                 raise UserError(f"device.profile: {e}") from e
-            except MachineSpecError as e:
+            except (MachineSpecError, StateCorruptError) as e:
                 raise UserError(str(e)) from e
         os.environ[SIM_STATE_ENV] = str(state)
         return SimBackend(sim_nvml, "sim")

@@ -33,7 +33,7 @@ HealthFault = Literal["lost", "xid", "ecc", "thermal", "query_failed"]
 
 
 class ClockEventReason(enum.IntFlag):
-    """Why the SM clock is below its maximum, with NVML's bit values (``nvmlClocksEventReason*``)."""
+    """Why the SM clock is below its maximum, in NVML's bits (``nvmlClocksEventReason*``)."""
 
     NONE = 0
     GPU_IDLE = 0x1

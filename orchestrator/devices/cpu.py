@@ -285,12 +285,14 @@ class CpuDevice(Device):
         return DeviceSettings(power_limit_w=0.0, clock_offset_mhz=None)
 
     def set_locked_sm_clocks(self, min_mhz: int, max_mhz: int) -> None:
+        """Refused: a CPU device locks no clock (``DeviceNotSupportedError``)."""
         raise DeviceNotSupportedError(f"{_NO_SETTINGS} (asked: SM clock {min_mhz}-{max_mhz} MHz)")
 
     def reset_locked_sm_clocks(self) -> None:
         """Nothing to reset: a CPU device never changes a clock."""
 
     def set_locked_mem_clocks(self, min_mhz: int, max_mhz: int) -> None:
+        """Refused: a CPU device locks no clock (``DeviceNotSupportedError``)."""
         asked = f"memory clock {min_mhz}-{max_mhz} MHz"
         raise DeviceNotSupportedError(f"{_NO_SETTINGS} (asked: {asked})")
 
@@ -298,9 +300,11 @@ class CpuDevice(Device):
         """Nothing to reset: a CPU device never changes a clock."""
 
     def set_power_limit_w(self, watts: float) -> None:
+        """Refused: a CPU device sets no power limit (``DeviceNotSupportedError``)."""
         raise DeviceNotSupportedError(f"{_NO_SETTINGS} (asked: power limit {watts:g} W)")
 
     def set_clock_offset_mhz(self, offset_mhz: int) -> None:
+        """Refused: a CPU device sets no clock offset (``DeviceNotSupportedError``)."""
         raise DeviceNotSupportedError(f"{_NO_SETTINGS} (asked: clock offset {offset_mhz:+d} MHz)")
 
     # --- telemetry ------------------------------------------------------------------------
@@ -314,6 +318,7 @@ class CpuDevice(Device):
         return self.rapl.read_uj() // 1000
 
     def power_mw(self) -> int:
+        """Refused: a CPU has no power sensor; power is RAPL energy over a window."""
         raise DeviceNotSupportedError(
             f"{self.identity.name} has no power sensor: a CPU's energy comes from its RAPL "
             f"counter (energy_mj), and power is energy over a window"

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.devices.base import Fault, KernelWork
-from orchestrator.devices.nvml import NvmlBackend, NvmlDevice, _nvml_errors
+from orchestrator.devices.nvml import NvmlBackend, NvmlDevice
+from orchestrator.devices.nvml_errors import nvml_errors
 
 
 class SimBackend(NvmlBackend):
@@ -26,17 +27,20 @@ class SimDevice(NvmlDevice):
     """A simulated GPU: NVML calls through the adapter, time and work through the sim's model."""
 
     def _sim(self, fn: str, *args: Any) -> Any:
-        with _nvml_errors(self._nvml, fn, f"GPU {self.identity.index} ({self.identity.uuid})"):
+        with nvml_errors(self._nvml, fn, f"GPU {self.identity.index} ({self.identity.uuid})"):
             return getattr(self._nvml, fn)(self._handle, *args)
 
     def now_s(self) -> float:
+        """The GPU's virtual clock in seconds (``simDeviceGetTimeS``), not the wall clock."""
         return float(self._sim("simDeviceGetTimeS"))
 
     def idle(self, seconds: float) -> None:
+        """Let the GPU sit idle for ``seconds`` of virtual time (no sleep); 0 or less: nothing."""
         if seconds > 0:
             self._sim("simDeviceIdle", float(seconds))
 
     def on_kernel_call(self, work: KernelWork) -> Fault:
+        """Account one kernel call on the model (time, energy, clocks); the fault it drew."""
         return self._sim("simDeviceRecordKernelCall", work).fault
 
     def stability_threshold_mhz(self, kernel_class: str, framework: str = "") -> int:

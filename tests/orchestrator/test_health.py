@@ -18,7 +18,12 @@ from orchestrator.trial import TrialContext, run_trial
 @pytest.fixture
 def backend(tmp_path):
     """A two-GPU simulated A100 machine, opened through the adapter."""
-    b = open_backend({"backend": "sim", "state_dir": str(tmp_path / "sim"), "profile": "a100_sxm4_40gb", "count": 2})
+    b = open_backend({
+        "backend": "sim",
+        "state_dir": str(tmp_path / "sim"),
+        "profile": "a100_sxm4_40gb",
+        "count": 2,
+    })
     yield b
     b.close()
 
@@ -31,10 +36,14 @@ def handle(index=0):
 def test_the_sim_answers_pynvmls_health_calls_with_pynvmls_constants(backend):
     h = handle()
     assert sim.nvmlDeviceGetEccMode(h) == [pynvml.NVML_FEATURE_ENABLED] * 2
-    for error in (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED):
+    for error in (
+        pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    ):
         for counter in (pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC):
             assert sim.nvmlDeviceGetTotalEccErrors(h, error, counter) == 0
-    assert sim.nvmlDeviceGetTemperatureThreshold(h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN) == 89
+    assert (
+        sim.nvmlDeviceGetTemperatureThreshold(h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN) == 89
+    )
     with pytest.raises(pynvml.NVMLError_NotSupported):
         sim.nvmlDeviceGetTemperatureThreshold(h, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
@@ -58,7 +67,9 @@ def test_xids_arrive_as_events_registered_before_them(backend):
     sim.nvmlDeviceRegisterEvents(handle(0), pynvml.nvmlEventTypeXidCriticalError, late)
     sim.simDeviceInjectXid(handle(0), 94)
     got = sim.nvmlEventSetWait_v2(early, 0)
-    assert (got.eventType, got.eventData, got.device) == (pynvml.nvmlEventTypeXidCriticalError, 48, handle(0))
+    assert (got.eventType, got.eventData, got.device) == (
+        pynvml.nvmlEventTypeXidCriticalError, 48, handle(0)
+    )
     assert sim.nvmlEventSetWait_v2(early, 0).eventData == 94
     with pytest.raises(pynvml.NVMLError_Timeout):
         sim.nvmlEventSetWait_v2(early, 0)
@@ -89,8 +100,16 @@ def test_a_fresh_gpu_is_healthy(backend):
     [
         (lambda h: sim.simDeviceSetLost(h, True), "lost", "is lost"),
         (lambda h: sim.simDeviceInjectXid(h, 48), "xid", "XID 48 (double-bit ECC error)"),
-        (lambda h: sim.simDeviceInjectEccErrors(h, 2), "ecc", "2 uncorrected ECC error(s) since it was opened"),
-        (lambda h: sim.simDeviceSetTemperatureC(h, 95), "thermal", "at 95 C, at or above its slowdown threshold of 89 C"),
+        (
+            lambda h: sim.simDeviceInjectEccErrors(h, 2),
+            "ecc",
+            "2 uncorrected ECC error(s) since it was opened",
+        ),
+        (
+            lambda h: sim.simDeviceSetTemperatureC(h, 95),
+            "thermal",
+            "at 95 C, at or above its slowdown threshold of 89 C",
+        ),
     ],
 )
 def test_each_fault_makes_that_gpu_unhealthy_and_names_it(backend, fault, kind, words):
@@ -200,15 +219,18 @@ def test_a_gpu_lost_during_a_trial_takes_no_further_trials(gpu0, tmp_path):
     sim.simDeviceSetLost(sim.simDeviceGetHandleByIndex(0), False)
     again = trial(gpu0, tmp_path, NoKernels())
     assert again[0]["status"] == "device_error"
-    assert again[0]["error"].startswith(f"not run: GPU 0 ({gpu0.device.identity.uuid}) is lost"), again[0]["error"]
+    assert again[0]["error"].startswith(
+        f"not run: GPU 0 ({gpu0.device.identity.uuid}) is lost"
+    ), again[0]["error"]
 
 
 def test_a_sweep_on_a_gpu_over_its_slowdown_temperature_records_why_and_goes_on(tmp_path):
     import os
     import subprocess
 
-    from orchestrator.store import ResultStore
     from support import DVFS
+
+    from orchestrator.store import ResultStore
 
     state = tmp_path / "sim"
     with open_backend({"backend": "sim", "state_dir": str(state)}):  # the sweep's own machine spec

@@ -14,7 +14,9 @@ from orchestrator.errors import (
     InvalidSettingError,
 )
 
-GEMM_8192 = KernelWork(flops=2 * 8192**3, bytes_moved=3 * 4 * 8192**2, peak="fp32", kernel_class="gemm")
+GEMM_8192 = KernelWork(
+    flops=2 * 8192**3, bytes_moved=3 * 4 * 8192**2, peak="fp32", kernel_class="gemm"
+)
 
 
 def run_for(dev, work, seconds):
@@ -26,7 +28,12 @@ def run_for(dev, work, seconds):
 
 
 def sim(tmp_path, **kw):
-    cfg = {"backend": "sim", "state_dir": str(tmp_path / "sim"), "profile": "a100_sxm4_40gb", "count": 1}
+    cfg = {
+        "backend": "sim",
+        "state_dir": str(tmp_path / "sim"),
+        "profile": "a100_sxm4_40gb",
+        "count": 1,
+    }
     cfg.update(kw)
     return open_backend(cfg)
 
@@ -40,7 +47,9 @@ def test_identity_comes_from_nvml_and_devices_resolve_by_uuid_and_pci(tmp_path):
         assert a.identity.uuid.startswith("GPU-") and a.identity.uuid != b.identity.uuid
         assert backend.device(uuid=b.identity.uuid).identity.index == 1
         assert backend.device(pci_bus_id=b.identity.pci_bus_id).identity.uuid == b.identity.uuid
-        assert [d.identity.uuid for d in select_devices(backend, [b.identity.uuid])] == [b.identity.uuid]
+        assert [
+            d.identity.uuid for d in select_devices(backend, [b.identity.uuid])
+        ] == [b.identity.uuid]
 
 
 def test_capabilities_match_the_a100_datasheet(tmp_path):
@@ -49,7 +58,9 @@ def test_capabilities_match_the_a100_datasheet(tmp_path):
         clocks = caps.supported_sm_clocks_mhz()
         assert clocks[0] == 210 and clocks[-1] == 1410
         assert all(b - a == 15 for a, b in zip(clocks, clocks[1:]))
-        assert (caps.power_limit_min_w, caps.power_limit_max_w, caps.power_limit_default_w) == (100, 400, 400)
+        assert (
+            caps.power_limit_min_w, caps.power_limit_max_w, caps.power_limit_default_w
+        ) == (100, 400, 400)
         assert caps.has_energy_counter
 
 
@@ -129,7 +140,9 @@ def test_not_supported_names_the_call_and_the_gpu(tmp_path):
     with sim(tmp_path / "p100", profile="p100_pcie_16gb") as backend:
         dev = backend.device(0)
         assert not dev.capabilities().has_energy_counter
-        with pytest.raises(DeviceNotSupportedError, match="nvmlDeviceGetTotalEnergyConsumption.*GPU 0"):
+        with pytest.raises(
+            DeviceNotSupportedError, match="nvmlDeviceGetTotalEnergyConsumption.*GPU 0"
+        ):
             dev.energy_mj()
         assert dev.telemetry().energy_mj is None
 
