@@ -115,11 +115,13 @@ def nvmlInit() -> None:
 
 
 def nvmlInitWithFlags(flags: int) -> None:
+    """``nvmlInit``; the flags change nothing on the simulated driver."""
     del flags
     nvmlInit()
 
 
 def nvmlShutdown() -> None:
+    """Release one ``nvmlInit`` (NVMLError_Uninitialized when none is held)."""
     global _refcount, _machine
     with _lock:
         if _refcount == 0:
@@ -129,14 +131,20 @@ def nvmlShutdown() -> None:
             _machine = None
 
 
-def _m() -> Machine:
+def current_machine() -> Machine:
+    """The machine ``nvmlInit`` opened (``NVMLError_Uninitialized`` before it)."""
     if _machine is None:
         raise NVMLError(NVML_ERROR_UNINITIALIZED)
     return _machine
 
 
-def _gpu(handle: SimHandle, *, allow_lost: bool = False) -> tuple[Machine, int]:
-    m = _m()
+def gpu_of(handle: SimHandle, *, allow_lost: bool = False) -> tuple[Machine, int]:
+    """The open machine and the GPU index of ``handle``, checked as NVML checks a handle.
+
+    Raises:
+        NVMLError: uninitialised, a handle out of range, or (unless ``allow_lost``) a lost GPU.
+    """
+    m = current_machine()
     if not isinstance(handle, SimHandle) or not 0 <= handle.index < len(m.gpus):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     if not allow_lost and m.is_lost(handle.index):
@@ -144,14 +152,20 @@ def _gpu(handle: SimHandle, *, allow_lost: bool = False) -> tuple[Machine, int]:
     return m, handle.index
 
 
-def _setter(handle: SimHandle) -> tuple[Machine, int]:
-    m, i = _gpu(handle)
+def setter_of(handle: SimHandle) -> tuple[Machine, int]:
+    """As :func:`gpu_of`, for a call that changes a setting: NO_PERMISSION unless privileged."""
+    m, i = gpu_of(handle)
     if not m.spec.privileged:
         raise NVMLError(NVML_ERROR_NO_PERMISSION)
     return m, i
 
 
+def library_loaded() -> bool:
+    """Whether ``nvmlInit`` has succeeded once in this process (it stays loaded after shutdown)."""
+    return _loaded
+
+
 def simMachineStateDir() -> str:
     """The state directory of the open machine."""
-    return str(_m().state_dir)
+    return str(current_machine().state_dir)
 

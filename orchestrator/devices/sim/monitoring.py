@@ -40,7 +40,7 @@ from typing import Any
 import pynvml as _real
 
 from orchestrator.devices.base import ClockEventReason
-from orchestrator.devices.sim.driver import SimHandle, _gpu, _m, _setter
+from orchestrator.devices.sim.driver import SimHandle, current_machine, gpu_of, setter_of
 from orchestrator.devices.sim.state import Machine
 
 NVMLError = _real.NVMLError
@@ -66,21 +66,29 @@ _MIG_ARCHITECTURES = frozenset({"ampere", "hopper"})
 
 # --- versions ---------------------------------------------------------------------------------
 def nvmlSystemGetNVMLVersion() -> str:
-    return f"12.{_m().driver_version}"
+    """NVML's nvmlSystemGetNVMLVersion: the NVML library version, "12." and the driver version."""
+    return f"12.{current_machine().driver_version}"
 
 
 def nvmlSystemGetCudaDriverVersion() -> int:
-    _m()
+    """NVML's nvmlSystemGetCudaDriverVersion: the CUDA driver API version, 12040 (CUDA 12.4)."""
+    current_machine()
     return CUDA_DRIVER_VERSION
 
 
 def nvmlSystemGetCudaDriverVersion_v2() -> int:
+    """NVML's nvmlSystemGetCudaDriverVersion_v2: the same CUDA driver API version as v1, 12040."""
     return nvmlSystemGetCudaDriverVersion()
 
 
 # --- temperature (the versioned call) -----------------------------------------------------------
 def nvmlDeviceGetTemperatureV1(handle: SimHandle, sensor: int) -> int:
-    m, i = _gpu(handle)
+    """NVML's nvmlDeviceGetTemperatureV1: the die temperature in whole degrees C.
+
+    Raises:
+        NVMLError_InvalidArgument: ``sensor`` is not ``NVML_TEMPERATURE_GPU``.
+    """
+    m, i = gpu_of(handle)
     if sensor != NVML_TEMPERATURE_GPU:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     return int(round(m.read(i)["temperature_c"]))
@@ -120,7 +128,7 @@ def nvmlDeviceGetMemoryInfo(handle: SimHandle, version: Any = None) -> Any:
         NVMLError_NotSupported: the profile does not say how much memory the board has.
         NVMLError_ArgumentVersionMismatch: a ``version`` other than ``nvmlMemory_v2``.
     """
-    m, i = _gpu(handle)
+    m, i = gpu_of(handle)
     total = memory_total_bytes(m, i)
     if total is None:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
@@ -144,7 +152,7 @@ def _busy(s: dict[str, Any]) -> bool:
 
 def nvmlDeviceGetUtilizationRates(handle: SimHandle) -> Any:
     """``c_nvmlUtilization_t``: percent of the last sample period a kernel ran / memory was busy."""
-    m, i = _gpu(handle)
+    m, i = gpu_of(handle)
     s = m.read(i)
     util = _real.c_nvmlUtilization_t()
     busy = _busy(s)
@@ -160,34 +168,38 @@ def nvmlDeviceGetUtilizationRates(handle: SimHandle) -> Any:
 
 
 def nvmlDeviceGetEncoderUtilization(handle: SimHandle) -> list[int]:
-    _gpu(handle)
+    """NVML's nvmlDeviceGetEncoderUtilization: ``[percent, sampling period in us]``, always idle."""
+    gpu_of(handle)
     return [0, VIDEO_SAMPLING_PERIOD_US]
 
 
 def nvmlDeviceGetDecoderUtilization(handle: SimHandle) -> list[int]:
-    _gpu(handle)
+    """NVML's nvmlDeviceGetDecoderUtilization: ``[percent, sampling period in us]``, always idle."""
+    gpu_of(handle)
     return [0, VIDEO_SAMPLING_PERIOD_US]
 
 
 def nvmlDeviceGetFanSpeed(handle: SimHandle) -> int:
     """Every shipped board is passively cooled: ``NOT_SUPPORTED``, as on the real boards."""
-    _gpu(handle)
+    gpu_of(handle)
     raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
 
 
 def nvmlDeviceGetFanSpeed_v2(handle: SimHandle, fan: int) -> int:
-    _gpu(handle)
+    """NVML's nvmlDeviceGetFanSpeed_v2: one fan's speed; passive boards: ``NOT_SUPPORTED``."""
+    gpu_of(handle)
     raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
 
 
 def nvmlDeviceGetNumFans(device: SimHandle) -> int:
-    _gpu(device)
+    """NVML's nvmlDeviceGetNumFans: how many fans the board has; 0 (passively cooled)."""
+    gpu_of(device)
     return 0
 
 
 def nvmlDeviceGetComputeRunningProcesses(handle: SimHandle) -> list[Any]:
     """No process is known to hold a context (the sim does not track them): an empty list."""
-    _gpu(handle)
+    gpu_of(handle)
     return []
 
 
@@ -203,7 +215,8 @@ nvmlDeviceGetMPSComputeRunningProcesses_v2 = nvmlDeviceGetComputeRunningProcesse
 
 # --- modes ------------------------------------------------------------------------------------
 def nvmlDeviceGetPersistenceMode(handle: SimHandle) -> int:
-    m, i = _gpu(handle)
+    """NVML's nvmlDeviceGetPersistenceMode: ``NVML_FEATURE_*``, off until set (privileged)."""
+    m, i = gpu_of(handle)
     return int(m.read(i).get("persistence_mode", NVML_FEATURE_DISABLED))
 
 
@@ -214,7 +227,7 @@ def nvmlDeviceSetPersistenceMode(handle: SimHandle, mode: int) -> None:
         NVMLError_NoPermission: the machine is not privileged.
         NVMLError_InvalidArgument: ``mode`` is neither ``NVML_FEATURE_ENABLED`` nor ``_DISABLED``.
     """
-    m, i = _setter(handle)
+    m, i = setter_of(handle)
     if mode not in (NVML_FEATURE_DISABLED, NVML_FEATURE_ENABLED) or isinstance(mode, bool):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
 
@@ -226,7 +239,7 @@ def nvmlDeviceSetPersistenceMode(handle: SimHandle, mode: int) -> None:
 
 def nvmlDeviceGetC2cModeInfoV(handle: SimHandle) -> Any:
     """No shipped board has a chip-to-chip (NVLink-C2C) link: ``NOT_SUPPORTED``."""
-    _gpu(handle)
+    gpu_of(handle)
     raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
 
 
@@ -234,19 +247,26 @@ nvmlDeviceGetC2cModeInfoV1 = nvmlDeviceGetC2cModeInfoV
 
 
 def nvmlDeviceGetMigMode(device: SimHandle) -> list[int]:
-    m, i = _gpu(device)
+    """NVML's nvmlDeviceGetMigMode: ``[current, pending]``, both disabled on Ampere and Hopper.
+
+    Raises:
+        NVMLError_NotSupported: an architecture before Ampere, which has no MIG.
+    """
+    m, i = gpu_of(device)
     if m.profiles[i].architecture not in _MIG_ARCHITECTURES:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     return [_real.NVML_DEVICE_MIG_DISABLE, _real.NVML_DEVICE_MIG_DISABLE]
 
 
 def nvmlDeviceGetComputeMode(handle: SimHandle) -> int:
-    _gpu(handle)
+    """NVML's nvmlDeviceGetComputeMode: ``NVML_COMPUTEMODE_DEFAULT`` (shared), always."""
+    gpu_of(handle)
     return _real.NVML_COMPUTEMODE_DEFAULT
 
 
 def nvmlDeviceGetPerformanceState(handle: SimHandle) -> int:
-    _gpu(handle)
+    """NVML's nvmlDeviceGetPerformanceState: P0 (full performance), always."""
+    gpu_of(handle)
     return _real.NVML_PSTATE_0
 
 
@@ -255,23 +275,32 @@ nvmlDeviceGetPowerState = nvmlDeviceGetPerformanceState
 
 # --- identity extras ------------------------------------------------------------------------
 def nvmlDeviceGetMinorNumber(handle: SimHandle) -> int:
-    return _gpu(handle)[1]
+    """NVML's nvmlDeviceGetMinorNumber: the /dev/nvidiaN number, the GPU's index here."""
+    return gpu_of(handle)[1]
 
 
 def nvmlDeviceGetSerial(handle: SimHandle) -> str:
-    m, i = _gpu(handle)
+    """NVML's nvmlDeviceGetSerial: the board's serial, 13 digits derived from its UUID."""
+    m, i = gpu_of(handle)
     digest = hashlib.sha256(m.gpus[i].uuid.encode()).hexdigest()
     return str(int(digest[:12], 16) % 10**13).rjust(13, "0")
 
 
 def nvmlDeviceGetBrand(handle: SimHandle) -> int:
-    m, i = _gpu(handle)
+    """NVML's nvmlDeviceGetBrand: ``NVML_BRAND_TESLA`` for a "Tesla ..." board, else ``_NVIDIA``."""
+    m, i = gpu_of(handle)
     tesla = m.profiles[i].name.startswith("Tesla")
     return _real.NVML_BRAND_TESLA if tesla else _real.NVML_BRAND_NVIDIA
 
 
 def nvmlDeviceGetCudaComputeCapability(handle: SimHandle) -> tuple[int, int]:
-    m, i = _gpu(handle)
+    """NVML's nvmlDeviceGetCudaComputeCapability: ``(major, minor)`` of the architecture.
+
+    Raises:
+        NVMLError_NotSupported: an architecture the sim has no compute capability for (before
+            Pascal).
+    """
+    m, i = gpu_of(handle)
     arch = m.profiles[i].architecture
     if arch not in _COMPUTE_CAPABILITY:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)

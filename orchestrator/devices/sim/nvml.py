@@ -15,10 +15,12 @@ at or below it, as NVML rounds); offsets on Volta/Pascal and the energy counter 
 Field values (``nvmlDeviceGetFieldValues``) answer the instant and average power fields and mark
 every other field ``NVML_ERROR_NOT_SUPPORTED`` in its own return code, as NVML does.
 
-The surface is one module, as ``pynvml`` is, built from three rooms: ``driver.py`` (the
-reference-counted session and the handle checks), ``telemetry.py`` (power, energy and field-value
-readings, and the accounting of kernel calls and idle time) and this module (identity, settings,
-clocks, health and events), which re-exports the other two.
+The surface is one module, as ``pynvml`` is, built from several rooms: ``driver.py`` (the
+reference-counted session and the handle checks), ``settings.py`` (what may be set, and setting
+it), ``telemetry.py`` (power, energy and field-value readings, and the accounting of kernel calls
+and idle time), ``health.py`` (temperature thresholds, ECC counters, events, a lost GPU),
+``monitoring.py`` (what monitoring clients ask beyond the adapter) and this module (handles,
+identity, the clocks a GPU runs at, the library's own lookups), which re-exports the others.
 
 The machine lives in a state directory (``$DVFS_SIM_STATE_DIR``, see ``state.py``). Calls named
 ``sim*`` are extensions real NVML has no counterpart for: accounting a kernel call (virtual time,
@@ -38,12 +40,8 @@ records XID 79 (GPU has fallen off the bus), as the driver does.
 
 from __future__ import annotations
 
-import math
 import re
-import time
 import types
-from ctypes import c_int as _c_int
-from dataclasses import dataclass
 from typing import Any
 
 import pynvml as _real
@@ -94,28 +92,35 @@ NVML_VALUE_TYPE_UNSIGNED_INT = _real.NVML_VALUE_TYPE_UNSIGNED_INT
 NVML_FI_DEV_POWER_INSTANT = _real.NVML_FI_DEV_POWER_INSTANT
 NVML_FI_DEV_POWER_AVERAGE = _real.NVML_FI_DEV_POWER_AVERAGE
 
-from orchestrator.devices.sim import driver as _driver
 from orchestrator.devices.sim.driver import (  # noqa: F401 - the pynvml surface
     SimHandle,
-    _gpu,
-    _m,
-    _setter,
+    current_machine,
+    gpu_of,
+    library_loaded,
     nvmlInit,
     nvmlInitWithFlags,
     nvmlShutdown,
+    setter_of,
     simMachineStateDir,
 )
-from orchestrator.devices.sim.telemetry import (  # noqa: F401 - the pynvml surface
-    SimCallResult,
-    _threshold,
-    counter_period_s,
-    nvmlDeviceGetFieldValues,
-    nvmlDeviceGetPowerUsage,
-    nvmlDeviceGetTotalEnergyConsumption,
-    simDeviceGetEnergyMj,
-    simDeviceGetTimeS,
-    simDeviceIdle,
-    simDeviceRecordKernelCall,
+from orchestrator.devices.sim.health import (  # noqa: F401 - the pynvml surface
+    XID_GPU_FALLEN_OFF_BUS,
+    SimEventData,
+    SimEventSet,
+    nvmlDeviceGetEccMode,
+    nvmlDeviceGetSupportedEventTypes,
+    nvmlDeviceGetTemperatureThreshold,
+    nvmlDeviceGetTotalEccErrors,
+    nvmlDeviceRegisterEvents,
+    nvmlEventSetCreate,
+    nvmlEventSetFree,
+    nvmlEventSetWait,
+    nvmlEventSetWait_v2,
+    simDeviceGetXidErrors,
+    simDeviceInjectEccErrors,
+    simDeviceInjectXid,
+    simDeviceSetLost,
+    simDeviceSetTemperatureC,
 )
 from orchestrator.devices.sim.monitoring import (  # noqa: F401 - the pynvml surface
     nvmlDeviceGetBrand,
@@ -154,6 +159,35 @@ from orchestrator.devices.sim.monitoring import (  # noqa: F401 - the pynvml sur
     nvmlSystemGetNVMLVersion,
     nvmlTemperature_v1,
 )
+from orchestrator.devices.sim.settings import (  # noqa: F401 - the pynvml surface
+    nvmlDeviceGetEnforcedPowerLimit,
+    nvmlDeviceGetGpcClkMinMaxVfOffset,
+    nvmlDeviceGetGpcClkVfOffset,
+    nvmlDeviceGetMaxClockInfo,
+    nvmlDeviceGetPowerManagementDefaultLimit,
+    nvmlDeviceGetPowerManagementLimit,
+    nvmlDeviceGetPowerManagementLimitConstraints,
+    nvmlDeviceGetSupportedGraphicsClocks,
+    nvmlDeviceGetSupportedMemoryClocks,
+    nvmlDeviceResetGpuLockedClocks,
+    nvmlDeviceResetMemoryLockedClocks,
+    nvmlDeviceSetGpcClkVfOffset,
+    nvmlDeviceSetGpuLockedClocks,
+    nvmlDeviceSetMemoryLockedClocks,
+    nvmlDeviceSetPowerManagementLimit,
+)
+from orchestrator.devices.sim.telemetry import (  # noqa: F401 - the pynvml surface
+    SimCallResult,
+    counter_period_s,
+    nvmlDeviceGetFieldValues,
+    nvmlDeviceGetPowerUsage,
+    nvmlDeviceGetTotalEnergyConsumption,
+    simDeviceGetEnergyMj,
+    simDeviceGetTimeS,
+    simDeviceIdle,
+    simDeviceRecordKernelCall,
+    stability_threshold,
+)
 
 _ARCH = {
     "kepler": 2, "maxwell": 3, "pascal": 4, "volta": 5, "turing": 6, "ampere": 7, "ada": 8,
@@ -163,22 +197,24 @@ _ARCH = {
 
 # --- system and handles -----------------------------------------------------------------------
 def nvmlSystemGetDriverVersion() -> str:
-    return _m().driver_version
+    """NVML's nvmlSystemGetDriverVersion: the driver version string the machine was made with."""
+    return current_machine().driver_version
 
 
 def nvmlDeviceGetCount() -> int:
-    return len(_m().gpus)
+    """NVML's nvmlDeviceGetCount: how many GPUs the driver sees, lost ones included."""
+    return len(current_machine().gpus)
 
 
 def _reachable(index: int) -> SimHandle:
     """A handle to GPU ``index``, which NVML refuses for a GPU that has fallen off the bus."""
-    if _m().is_lost(index):
+    if current_machine().is_lost(index):
         raise NVMLError(NVML_ERROR_GPU_IS_LOST)
     return SimHandle(index)
 
 
 def _index_in_range(index: int) -> int:
-    m = _m()
+    m = current_machine()
     if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(m.gpus):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     return index
@@ -186,7 +222,7 @@ def _index_in_range(index: int) -> int:
 
 def _index_of_uuid(uuid: str | bytes) -> int:
     uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
-    for g in _m().gpus:
+    for g in current_machine().gpus:
         if g.uuid == uuid:
             return g.index
     raise NVMLError(NVML_ERROR_NOT_FOUND)
@@ -207,7 +243,7 @@ def nvmlDeviceGetHandleByPciBusId(pciBusId: str | bytes) -> SimHandle:
     bus = (pciBusId.decode() if isinstance(pciBusId, bytes) else pciBusId).upper()
     if bus.count(":") not in (1, 2) or "." not in bus:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    for g in _m().gpus:
+    for g in current_machine().gpus:
         full = g.pci_bus_id.upper()
         # NVML accepts "domain:bus:device.function" with a 4- or 8-digit domain, or
         # "bus:device.function".
@@ -228,21 +264,29 @@ def simDeviceGetHandleByUUID(uuid: str | bytes) -> SimHandle:
 
 # --- identity -------------------------------------------------------------------------------
 def nvmlDeviceGetIndex(handle: SimHandle) -> int:
-    return _gpu(handle)[1]
+    """NVML's nvmlDeviceGetIndex: the GPU's index in the driver's enumeration order."""
+    return gpu_of(handle)[1]
 
 
 def nvmlDeviceGetName(handle: SimHandle) -> str:
-    m, i = _gpu(handle)
+    """NVML's nvmlDeviceGetName: the profile's product name (``NVIDIA A100-SXM4-40GB``)."""
+    m, i = gpu_of(handle)
     return m.profiles[i].name
 
 
 def nvmlDeviceGetUUID(handle: SimHandle) -> str:
-    m, i = _gpu(handle)
+    """NVML's nvmlDeviceGetUUID: the GPU's "GPU-..." UUID, fixed when the machine was made."""
+    m, i = gpu_of(handle)
     return m.gpus[i].uuid
 
 
 def nvmlDeviceGetPciInfo(handle: SimHandle) -> c_nvmlPciInfo_t:
-    m, i = _gpu(handle)
+    """NVML's nvmlDeviceGetPciInfo: the GPU's PCI identity, a ``c_nvmlPciInfo_t``.
+
+    The bus id in both forms (8-digit domain, and the legacy 4-digit one), the bus number and the
+    profile's PCI device id; domain and device are 0.
+    """
+    m, i = gpu_of(handle)
     bus_id = m.gpus[i].pci_bus_id
     info = c_nvmlPciInfo_t()
     info.busIdLegacy = bus_id[4:].encode()
@@ -253,128 +297,9 @@ def nvmlDeviceGetPciInfo(handle: SimHandle) -> c_nvmlPciInfo_t:
 
 
 def nvmlDeviceGetArchitecture(device: SimHandle) -> int:
-    m, i = _gpu(device)
+    """NVML's nvmlDeviceGetArchitecture: the profile architecture's ``NVML_DEVICE_ARCH_*`` code."""
+    m, i = gpu_of(device)
     return _ARCH[m.profiles[i].architecture]
-
-
-# --- what may be set --------------------------------------------------------------------------
-def nvmlDeviceGetSupportedMemoryClocks(handle: SimHandle) -> list[int]:
-    m, i = _gpu(handle)
-    return sorted(m.profiles[i].mem_clocks_mhz, reverse=True)
-
-
-def nvmlDeviceGetSupportedGraphicsClocks(handle: SimHandle, memoryClockMHz: int) -> list[int]:
-    m, i = _gpu(handle)
-    p = m.profiles[i]
-    if memoryClockMHz not in p.mem_clocks_mhz:
-        raise NVMLError(NVML_ERROR_NOT_FOUND)
-    return sorted(p.sm_clocks_mhz, reverse=True)
-
-
-def nvmlDeviceGetMaxClockInfo(handle: SimHandle, type: int) -> int:
-    m, i = _gpu(handle)
-    p = m.profiles[i]
-    return p.mem_max_mhz if type == NVML_CLOCK_MEM else p.f_max_mhz
-
-
-def nvmlDeviceGetPowerManagementLimitConstraints(handle: SimHandle) -> list[int]:
-    m, i = _gpu(handle)
-    p = m.profiles[i]
-    return [int(p.power_limit_min_w * 1000), int(p.power_limit_max_w * 1000)]
-
-
-def nvmlDeviceGetPowerManagementDefaultLimit(handle: SimHandle) -> int:
-    m, i = _gpu(handle)
-    return int(m.profiles[i].power_limit_default_w * 1000)
-
-
-def nvmlDeviceGetPowerManagementLimit(handle: SimHandle) -> int:
-    m, i = _gpu(handle)
-    return int(round(m.read(i)["power_limit_w"] * 1000))
-
-
-def nvmlDeviceGetEnforcedPowerLimit(handle: SimHandle) -> int:
-    return nvmlDeviceGetPowerManagementLimit(handle)
-
-
-def nvmlDeviceGetGpcClkMinMaxVfOffset(
-    device: SimHandle, minOffset: Any = _c_int(), maxOffset: Any = _c_int()  # noqa: B008 - as pynvml
-) -> tuple[int, int] | int:
-    """The offset range in MHz, as pynvml gives it: a tuple for ``c_int`` arguments (the default),
-    else (references, e.g. ``byref(c_int())``) filled in and ``NVML_SUCCESS``."""
-    m, i = _gpu(device)
-    rng = m.profiles[i].clock_offset_range_mhz
-    if rng is None:
-        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-    is_reference = type(minOffset) is not _c_int or type(maxOffset) is not _c_int
-    for out, value in ((minOffset, rng[0]), (maxOffset, rng[1])):
-        getattr(out, "_obj", out).value = int(value)
-    return NVML_SUCCESS if is_reference else (int(rng[0]), int(rng[1]))
-
-
-def nvmlDeviceGetGpcClkVfOffset(device: SimHandle) -> int:
-    m, i = _gpu(device)
-    if m.profiles[i].clock_offset_range_mhz is None:
-        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-    return int(m.read(i)["offset_mhz"])
-
-
-# --- setters ----------------------------------------------------------------------------------
-def _set(handle: SimHandle, key: str, value: Any) -> None:
-    m, i = _setter(handle)
-
-    def change(s: dict[str, Any]) -> None:
-        s[key] = value
-
-    m.update(i, change, sync=True)
-
-
-def nvmlDeviceSetGpuLockedClocks(
-    handle: SimHandle, minGpuClockMHz: int, maxGpuClockMHz: int
-) -> None:
-    m, i = _setter(handle)
-    p = m.profiles[i]
-    if not p.f_min_mhz <= minGpuClockMHz <= maxGpuClockMHz <= p.f_max_mhz:
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    _set(handle, "locked_sm_mhz", [int(minGpuClockMHz), int(maxGpuClockMHz)])
-
-
-def nvmlDeviceResetGpuLockedClocks(handle: SimHandle) -> None:
-    _setter(handle)
-    _set(handle, "locked_sm_mhz", None)
-
-
-def nvmlDeviceSetMemoryLockedClocks(
-    handle: SimHandle, minMemClockMHz: int, maxMemClockMHz: int
-) -> None:
-    m, i = _setter(handle)
-    mems = m.profiles[i].mem_clocks_mhz
-    if not mems[0] <= minMemClockMHz <= maxMemClockMHz <= mems[-1]:
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    _set(handle, "locked_mem_mhz", [int(minMemClockMHz), int(maxMemClockMHz)])
-
-
-def nvmlDeviceResetMemoryLockedClocks(handle: SimHandle) -> None:
-    _setter(handle)
-    _set(handle, "locked_mem_mhz", None)
-
-
-def nvmlDeviceSetPowerManagementLimit(handle: SimHandle, limit: int) -> None:
-    m, i = _setter(handle)
-    p = m.profiles[i]
-    if not p.power_limit_min_w * 1000 <= limit <= p.power_limit_max_w * 1000:
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    _set(handle, "power_limit_w", limit / 1000.0)
-
-
-def nvmlDeviceSetGpcClkVfOffset(device: SimHandle, offset: int) -> None:
-    m, i = _setter(device)
-    rng = m.profiles[i].clock_offset_range_mhz
-    if rng is None:
-        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-    if not rng[0] <= offset <= rng[1]:
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    _set(device, "offset_mhz", int(offset))
 
 
 _LIMITED = int(  # reasons that hold a clock below a locked minimum
@@ -410,7 +335,7 @@ def _at_or_below(supported: tuple[int, ...], mhz: int) -> int:
 
 def nvmlDeviceGetClockInfo(handle: SimHandle, type: int) -> int:
     """The current clock in MHz; a locked clock shows at once (see ``_within_lock``)."""
-    m, i = _gpu(handle)
+    m, i = gpu_of(handle)
     s = m.read(i)
     p = m.profiles[i]
     if type in (NVML_CLOCK_SM, NVML_CLOCK_GRAPHICS):
@@ -422,7 +347,11 @@ def nvmlDeviceGetClockInfo(handle: SimHandle, type: int) -> int:
 
 
 def nvmlDeviceGetCurrentClocksEventReasons(handle: SimHandle) -> int:
-    m, i = _gpu(handle)
+    """NVML's nvmlDeviceGetCurrentClocksEventReasons: why the clock is where it is, as a bit mask.
+
+    The ``ClockEventReason`` bits the model recorded at the GPU's last kernel call or idle.
+    """
+    m, i = gpu_of(handle)
     return int(m.read(i)["reasons"])
 
 
@@ -430,210 +359,19 @@ nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReaso
 
 
 def nvmlDeviceGetTemperature(handle: SimHandle, sensor: int) -> int:
-    m, i = _gpu(handle)
+    """NVML's nvmlDeviceGetTemperature: the die temperature in whole degrees C (GPU sensor only)."""
+    m, i = gpu_of(handle)
     if sensor != NVML_TEMPERATURE_GPU:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     return int(round(m.read(i)["temperature_c"]))
-
-
-# --- health: temperature thresholds, ECC counters, events -------------------------------------
-XID_GPU_FALLEN_OFF_BUS = 79  # the XID the driver logs when a GPU is lost
-_EVENT_TYPES = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError  # what the sim emits
-
-
-def nvmlDeviceGetTemperatureThreshold(handle: SimHandle, threshold: int) -> int:
-    """The slowdown temperature from the profile; the sim models no other threshold."""
-    m, i = _gpu(handle)
-    if not isinstance(threshold, int) or not 0 <= threshold < NVML_TEMPERATURE_THRESHOLD_COUNT:
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    if threshold != NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
-        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-    return int(round(m.profiles[i].slowdown_temp_c))
-
-
-def nvmlDeviceGetEccMode(handle: SimHandle) -> list[int]:
-    """``[current, pending]``: every simulated board (HBM) runs with ECC on."""
-    _gpu(handle)
-    return [NVML_FEATURE_ENABLED, NVML_FEATURE_ENABLED]
-
-
-def _ecc(s: dict[str, Any]) -> dict[str, int]:
-    return dict(s.get("ecc_errors") or {"corrected": 0, "uncorrected": 0})
-
-
-def nvmlDeviceGetTotalEccErrors(handle: SimHandle, errorType: int, counterType: int) -> int:
-    """ECC errors of one type (corrected or uncorrected), volatile or aggregate (equal here)."""
-    m, i = _gpu(handle)
-    if errorType not in (NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED):
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    if counterType not in (NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC):
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    key = "uncorrected" if errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED else "corrected"
-    return int(_ecc(m.read(i))[key])
-
-
-@dataclass
-class SimEventSet:
-    """An event set (NVML's is an opaque pointer): this process's registrations."""
-
-    registered: dict[int, list[int]]  # GPU index -> [event mask, events seen so far]
-    freed: bool = False
-
-
-@dataclass(frozen=True)
-class SimEventData:
-    """One event, with the attributes of nvidia-ml-py's ``c_nvmlEventData_t``."""
-
-    device: SimHandle
-    eventType: int
-    eventData: int  # the XID for nvmlEventTypeXidCriticalError
-    gpuInstanceId: int = 0xFFFFFFFF
-    computeInstanceId: int = 0xFFFFFFFF
-
-
-def nvmlEventSetCreate() -> SimEventSet:
-    _m()
-    return SimEventSet(registered={})
-
-
-def nvmlDeviceGetSupportedEventTypes(handle: SimHandle) -> int:
-    _gpu(handle)
-    return _EVENT_TYPES
-
-
-def nvmlDeviceRegisterEvents(handle: SimHandle, eventTypes: int, eventSet: SimEventSet) -> None:
-    """Deliver this GPU's events of ``eventTypes`` recorded from now on to ``eventSet``."""
-    m, i = _gpu(handle)
-    if not isinstance(eventSet, SimEventSet) or eventSet.freed:
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    if int(eventTypes) & ~_EVENT_TYPES:
-        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-    if i in eventSet.registered:
-        eventSet.registered[i][0] |= int(eventTypes)
-    else:
-        eventSet.registered[i] = [int(eventTypes), len(m.read(i).get("events", []))]
-
-
-def nvmlEventSetWait_v2(eventSet: SimEventSet, timeoutms: int) -> SimEventData:
-    """The next event of a registered GPU; waits up to ``timeoutms`` of wall time for one.
-
-    Raises:
-        NVMLError_Timeout: no event came in time.
-    """
-    m = _m()
-    if not isinstance(eventSet, SimEventSet) or eventSet.freed:
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    deadline = time.monotonic() + max(0, int(timeoutms)) / 1000.0
-    while True:
-        for i, reg in sorted(eventSet.registered.items()):
-            events = m.read(i).get("events", [])
-            while reg[1] < len(events):
-                kind, data = events[reg[1]]
-                reg[1] += 1
-                if kind & reg[0]:
-                    return SimEventData(
-                        device=SimHandle(i), eventType=int(kind), eventData=int(data)
-                    )
-        if time.monotonic() >= deadline:
-            raise NVMLError(NVML_ERROR_TIMEOUT)
-        time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
-
-
-nvmlEventSetWait = nvmlEventSetWait_v2
-
-
-def nvmlEventSetFree(eventSet: SimEventSet) -> None:
-    if not isinstance(eventSet, SimEventSet) or eventSet.freed:
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    eventSet.freed = True
-    eventSet.registered.clear()
-
-
-
-def simDeviceSetLost(handle: SimHandle, lost: bool) -> None:
-    """Make the GPU fall off the bus (every call raises GPU_IS_LOST) or bring it back."""
-    m, i = _gpu(handle, allow_lost=True)
-
-    def change(s: dict[str, Any]) -> None:
-        if lost and not s["lost"]:
-            _record_event(s, nvmlEventTypeXidCriticalError, XID_GPU_FALLEN_OFF_BUS)
-        s["lost"] = bool(lost)
-
-    m.update(i, change, sync=True)
-
-
-def _record_event(s: dict[str, Any], kind: int, data: int) -> None:
-    s["events"] = [*s.get("events", []), [int(kind), int(data)]]
-
-
-def simDeviceInjectXid(handle: SimHandle, xid: int) -> None:
-    """Sim only: the driver reports XID ``xid`` for this GPU (an XID critical-error event).
-
-    Real NVML has no call that lists past XIDs; it delivers each as an event to the event sets
-    registered for ``nvmlEventTypeXidCriticalError`` (see ``nvmlEventSetWait_v2``).
-    """
-    m, i = _gpu(handle, allow_lost=True)
-    if not isinstance(xid, int) or isinstance(xid, bool) or xid <= 0:
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    m.update(i, lambda s: _record_event(s, nvmlEventTypeXidCriticalError, xid), sync=True)
-
-
-def simDeviceGetXidErrors(handle: SimHandle) -> list[int]:
-    """Sim only: every XID this GPU has recorded, oldest first (ground truth for tests)."""
-    m, i = _gpu(handle, allow_lost=True)
-    events = m.read(i).get("events", [])
-    return [int(data) for kind, data in events if kind == nvmlEventTypeXidCriticalError]
-
-
-def simDeviceInjectEccErrors(
-    handle: SimHandle, count: int, errorType: int = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-) -> None:
-    """Sim only: ``count`` memory errors of ``errorType`` (uncorrected by default) happen now.
-
-    Both the volatile and the aggregate counters grow; an uncorrected error also emits a
-    double-bit ECC event (``nvmlEventTypeDoubleBitEccError``), as a real board does.
-    """
-    m, i = _gpu(handle)
-    if errorType not in (NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED):
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-    key = "uncorrected" if errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED else "corrected"
-
-    def change(s: dict[str, Any]) -> None:
-        ecc = _ecc(s)
-        ecc[key] += count
-        s["ecc_errors"] = ecc
-        if key == "uncorrected" and count:
-            _record_event(s, nvmlEventTypeDoubleBitEccError, 0)
-
-    m.update(i, change, sync=True)
-
-
-def simDeviceSetTemperatureC(handle: SimHandle, celsius: float) -> None:
-    """Sim only: the die is at ``celsius`` now (the thermal model carries on from there).
-
-    At or above the profile's slowdown temperature the model slows the clock
-    (``SW_THERMAL_SLOWDOWN``) and ``nvmlDeviceGetTemperatureThreshold`` says so; the model's own
-    heating never gets there within a board's power range.
-    """
-    m, i = _gpu(handle)
-    value = float(celsius)
-    if not math.isfinite(value):
-        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-
-    def change(s: dict[str, Any]) -> None:
-        s["temperature_c"] = value
-
-    m.update(i, change, sync=True)
 
 
 def simDeviceGetStabilityThresholdMhz(
     handle: SimHandle, kernel_class: str, framework: str = ""
 ) -> int:
     """Ground truth: the lowest clock at which this kernel class never faults on this GPU."""
-    m, i = _gpu(handle)
-    return _threshold(m, i, kernel_class, framework)
+    m, i = gpu_of(handle)
+    return stability_threshold(m, i, kernel_class, framework)
 
 
 # --- the library's own lookups: function pointers, error strings, what is not simulated -------
@@ -670,7 +408,7 @@ def _nvmlGetFunctionPointer(name: str) -> Any:  # noqa: N802 - pynvml's name
     """
     if name in _nvmlGetFunctionPointer_cache:
         return _nvmlGetFunctionPointer_cache[name]
-    if not _driver._loaded:
+    if not library_loaded():
         raise NVMLError(NVML_ERROR_UNINITIALIZED)
     fn = _simulated(name)
     if fn is None:

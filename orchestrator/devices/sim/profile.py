@@ -297,6 +297,12 @@ def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> Gp
         if isinstance(e, ProfileError):
             raise
         raise ProfileError(f"{where}: {e}") from None
+    _check_ranges(profile, where)
+    return profile
+
+
+def _check_ranges(profile: GpuProfile, where: str) -> None:
+    """What a parsed profile must hold across its values (ordered limits, a sane V-f curve)."""
     if not (
         profile.power_limit_min_w <= profile.power_limit_default_w <= profile.power_limit_max_w
     ):
@@ -306,8 +312,9 @@ def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> Gp
     if profile.clock_offset_range_mhz is not None:
         lo, hi = profile.clock_offset_range_mhz
         if not lo <= 0 <= hi:
-            raise ProfileError(f"{where}: clock_offset_range_mhz must contain 0, got {offsets}")
-    return profile
+            raise ProfileError(
+                f"{where}: clock_offset_range_mhz must contain 0, got {[lo, hi]}"
+            )
 
 
 def is_profile_file(name: str) -> bool:

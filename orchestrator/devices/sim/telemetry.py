@@ -23,7 +23,7 @@ import pynvml as _real
 
 from orchestrator.devices.base import ClockEventReason, Fault, KernelWork
 from orchestrator.devices.sim import model, sensors
-from orchestrator.devices.sim.driver import SimHandle, _gpu
+from orchestrator.devices.sim.driver import SimHandle, gpu_of
 from orchestrator.devices.sim.profile import PowerSensor
 from orchestrator.devices.sim.state import Machine
 
@@ -56,7 +56,12 @@ def _energy_counter_mj(m: Machine, i: int, s: dict[str, Any]) -> int:
 
 
 def nvmlDeviceGetTotalEnergyConsumption(handle: SimHandle) -> int:
-    m, i = _gpu(handle)
+    """NVML's nvmlDeviceGetTotalEnergyConsumption: the energy counter in mJ, cumulative.
+
+    The counter as of its latest update (every ``counter_period_s``; the exact energy when that
+    is 0); ``NVMLError_NotSupported`` on a profile without one (Pascal).
+    """
+    m, i = gpu_of(handle)
     if not m.profiles[i].has_energy_counter:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     return _energy_counter_mj(m, i, m.read(i))
@@ -76,7 +81,7 @@ def _reading_mw(s: dict[str, Any], sensor: PowerSensor) -> int:
 def nvmlDeviceGetPowerUsage(handle: SimHandle) -> int:
     """The board's ``power_usage`` sensor in mW: instant on GA100 and before, a 1 s average on
     Hopper and non-GA100 Ampere (``GpuProfile.sensors``)."""
-    m, i = _gpu(handle)
+    m, i = gpu_of(handle)
     return _reading_mw(m.read(i), m.profiles[i].sensors.power_usage)
 
 
@@ -109,7 +114,7 @@ def nvmlDeviceGetFieldValues(handle: SimHandle, fieldIds: list[Any]) -> Any:
     not when its sensor last updated: NVML's is the host's CPU time in microseconds since 1970,
     the sim's is the GPU's virtual clock in microseconds. ``latencyUsec`` is 0.
     """
-    m, i = _gpu(handle)
+    m, i = gpu_of(handle)
     p = m.profiles[i]
     s = m.read(i)
     now_us = int(round(float(s["time_s"]) * 1e6))
@@ -170,7 +175,8 @@ def _advance(m: Machine, i: int, s: dict[str, Any], duration_s: float, power: fl
     return energy
 
 
-def _threshold(m: Machine, i: int, kernel_class: str, framework: str) -> int:
+def stability_threshold(m: Machine, i: int, kernel_class: str, framework: str) -> int:
+    """GPU ``i``'s ground-truth stability threshold in MHz for a kernel class and framework."""
     return model.stability_threshold_mhz(
         m.profiles[i],
         m.gpus[i].uuid,
@@ -190,9 +196,9 @@ def simDeviceRecordKernelCall(handle: SimHandle, work: KernelWork) -> SimCallRes
     lowered, then at the model's capped point; a call across that moment runs in two phases.
     The result's power, clock and fault are the call's last phase (where the board is now).
     """
-    m, i = _gpu(handle)
+    m, i = gpu_of(handle)
     p = m.profiles[i]
-    threshold = _threshold(m, i, work.kernel_class, work.framework)
+    threshold = stability_threshold(m, i, work.kernel_class, work.framework)
     max_offset = model.max_stable_offset_mhz(p, m.gpus[i].uuid, work.kernel_class, device_index=i)
 
     def change(s: dict[str, Any]) -> SimCallResult:
@@ -238,7 +244,7 @@ def simDeviceIdle(handle: SimHandle, seconds: float) -> None:
     """Let the GPU sit idle for ``seconds`` of virtual time (at idle power and idle clocks)."""
     if not seconds >= 0:
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)  # virtual time never runs backwards
-    m, i = _gpu(handle)
+    m, i = gpu_of(handle)
     p = m.profiles[i]
 
     def change(s: dict[str, Any]) -> None:
@@ -253,7 +259,7 @@ def simDeviceIdle(handle: SimHandle, seconds: float) -> None:
 
 def simDeviceGetTimeS(handle: SimHandle) -> float:
     """The GPU's virtual clock in seconds."""
-    m, i = _gpu(handle)
+    m, i = gpu_of(handle)
     return float(m.read(i)["time_s"])
 
 
@@ -263,6 +269,6 @@ def simDeviceGetEnergyMj(handle: SimHandle) -> float:
     No NVML reading returns this: the counter steps every ``counter_period_s`` and the power
     readings see only their windows. Tests compare meters against it.
     """
-    m, i = _gpu(handle)
+    m, i = gpu_of(handle)
     return float(m.read(i)["energy_mj"])
 

@@ -11,12 +11,12 @@ import subprocess
 import sys
 
 import pytest
+from support import REPO
 
 from orchestrator.devices.base import KernelWork
 from orchestrator.devices.sim import calibration as cal
 from orchestrator.devices.sim import model
 from orchestrator.devices.sim.profile import available_profiles, load_profile
-from support import REPO
 
 RESULTS = cal.evaluate()
 

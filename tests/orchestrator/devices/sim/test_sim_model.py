@@ -17,10 +17,16 @@ from orchestrator.devices.sim.profile import available_profiles, load_profile
 
 DATASHEET = {
     # profile: (NVML name, arch, f_min, f_max, n clocks, mem, (min, default, max W), fp32, bf16, BW)
-    "a100_sxm4_40gb": ("NVIDIA A100-SXM4-40GB", "ampere", 210, 1410, 81, 1215, (100, 400, 400), 19.5, 312, 1555),
-    "h100_sxm5_80gb": ("NVIDIA H100 80GB HBM3", "hopper", 345, 1980, 110, 2619, (200, 700, 700), 67, 989, 3350),
+    "a100_sxm4_40gb": (
+        "NVIDIA A100-SXM4-40GB", "ampere", 210, 1410, 81, 1215, (100, 400, 400), 19.5, 312, 1555
+    ),
+    "h100_sxm5_80gb": (
+        "NVIDIA H100 80GB HBM3", "hopper", 345, 1980, 110, 2619, (200, 700, 700), 67, 989, 3350
+    ),
     "h200_141gb": ("NVIDIA H200", "hopper", 345, 1980, 110, 3201, (200, 700, 700), 67, 989, 4800),
-    "v100_sxm2_16gb": ("Tesla V100-SXM2-16GB", "volta", 135, 1530, 187, 877, (150, 300, 300), 15.7, 15.7, 900),
+    "v100_sxm2_16gb": (
+        "Tesla V100-SXM2-16GB", "volta", 135, 1530, 187, 877, (150, 300, 300), 15.7, 15.7, 900
+    ),
 }
 MAIN = sorted(DATASHEET)
 
@@ -44,7 +50,9 @@ def expected_power_w(p, work, f_mhz):
     if f_mhz <= p.vf_knee_mhz:
         v = p.v_min_v
     else:
-        v = p.v_min_v + (p.v_max_v - p.v_min_v) * (f_mhz - p.vf_knee_mhz) / (p.f_max_mhz - p.vf_knee_mhz)
+        v = p.v_min_v + (p.v_max_v - p.v_min_v) * (f_mhz - p.vf_knee_mhz) / (
+            p.f_max_mhz - p.vf_knee_mhz
+        )
     c, vr, fr = p.power, v / p.v_max_v, f_mhz / p.f_max_mhz
     static = c.idle + c.leakage * (vr - p.v_min_v / p.v_max_v)
     core = (c.clock + c.alu * t_c / t) * fr * vr**2 + c.l2 * (t_m / t) * vr**2
@@ -55,10 +63,14 @@ def expected_power_w(p, work, f_mhz):
 def test_each_profile_carries_its_datasheet_values(key):
     name, arch, f_min, f_max, n, mem, limits, fp32, bf16, bw = DATASHEET[key]
     p = load_profile(key)
-    assert (p.name, p.architecture, p.f_min_mhz, p.f_max_mhz, len(p.sm_clocks_mhz)) == (name, arch, f_min, f_max, n)
+    assert (p.name, p.architecture, p.f_min_mhz, p.f_max_mhz, len(p.sm_clocks_mhz)) == (
+        name, arch, f_min, f_max, n
+    )
     assert p.mem_clocks_mhz == (mem,)
     assert (p.power_limit_min_w, p.power_limit_default_w, p.power_limit_max_w) == limits
-    assert (p.peak_tflops("fp32"), p.peak_tflops("bf16"), p.memory_bandwidth_gbs) == (fp32, bf16, bw)
+    assert (p.peak_tflops("fp32"), p.peak_tflops("bf16"), p.memory_bandwidth_gbs) == (
+        fp32, bf16, bw
+    )
     assert p.has_energy_counter
 
 
@@ -71,7 +83,9 @@ def test_the_v100_clock_table_alternates_eight_and_seven_mhz_steps_as_nvmls_does
 def test_the_pascal_profile_has_no_energy_counter_and_no_offsets():
     p = load_profile("p100_pcie_16gb")
     assert "p100_pcie_16gb" in available_profiles()
-    assert (p.architecture, p.f_min_mhz, p.f_max_mhz, p.power_limit_default_w) == ("pascal", 544, 1328, 250)
+    assert (p.architecture, p.f_min_mhz, p.f_max_mhz, p.power_limit_default_w) == (
+        "pascal", 544, 1328, 250
+    )
     assert not p.has_energy_counter and p.clock_offset_range_mhz is None
 
 
@@ -172,7 +186,9 @@ def test_temperature_lags_towards_ambient_plus_r_times_p():
     target = p.ambient_c + p.thermal_resistance_c_per_w * 400
     t1 = model.temperature_after(p, 40.0, 400, p.thermal_time_constant_s)
     assert t1 == pytest.approx(target + (40.0 - target) / math.e)
-    assert model.temperature_after(p, 40.0, 400, 100 * p.thermal_time_constant_s) == pytest.approx(target)
+    assert model.temperature_after(
+        p, 40.0, 400, 100 * p.thermal_time_constant_s
+    ) == pytest.approx(target)
 
 
 def test_the_fault_law_is_exactly_zero_at_and_above_the_threshold_and_exponential_below():
@@ -204,11 +220,17 @@ def test_thresholds_precedence_planted_then_scenario_then_lottery():
     seeded = model.stability_threshold_mhz(p, uuid, "gemm", "jax")
     assert seeded in p.sm_clocks_mhz
     assert model.stability_threshold_mhz(p, uuid, "gemm", "jax", scenario="seed_claims") == 1065
-    assert model.stability_threshold_mhz(p, uuid, "gemm", "tensorflow", scenario="seed_claims") == 510
+    assert (
+        model.stability_threshold_mhz(p, uuid, "gemm", "tensorflow", scenario="seed_claims") == 510
+    )
     assert model.stability_threshold_mhz(p, uuid, "gemm", "numpy", scenario="seed_claims") == seeded
     planted = {"0": {"*": 600}, uuid: {"gemm": 1200}}
-    assert model.stability_threshold_mhz(p, uuid, "gemm", "jax", device_index=0, planted=planted, scenario="seed_claims") == 1200
-    assert model.stability_threshold_mhz(p, uuid, "selu", "jax", device_index=0, planted=planted) == 600
+    assert model.stability_threshold_mhz(
+        p, uuid, "gemm", "jax", device_index=0, planted=planted, scenario="seed_claims"
+    ) == 1200
+    assert model.stability_threshold_mhz(
+        p, uuid, "selu", "jax", device_index=0, planted=planted
+    ) == 600
 
 
 def test_seed_claims_applies_to_the_a100_only():
@@ -225,7 +247,11 @@ def test_offsets_above_the_max_stable_offset_fault_by_the_same_law():
     stable = model.max_stable_offset_mhz(a100, uuid, "gemm")
     assert 100 <= stable <= 500
     assert model.max_stable_offset_mhz(v100, uuid, "gemm") is None
-    at = model.fault_probability(a100, 1410 + stable, 300, offset_mhz=stable, max_stable_offset_mhz=stable)
-    over = model.fault_probability(a100, 1440 + stable, 300, offset_mhz=stable + 30, max_stable_offset_mhz=stable)
+    at = model.fault_probability(
+        a100, 1410 + stable, 300, offset_mhz=stable, max_stable_offset_mhz=stable
+    )
+    over = model.fault_probability(
+        a100, 1440 + stable, 300, offset_mhz=stable + 30, max_stable_offset_mhz=stable
+    )
     assert at.any == 0.0
     assert over.corrupt == pytest.approx(1 - math.exp(-1))

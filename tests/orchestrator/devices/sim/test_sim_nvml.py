@@ -13,8 +13,16 @@ from orchestrator.devices.sim import nvml as sim
 from orchestrator.devices.sim.profile import load_profile
 from orchestrator.devices.sim.state import Machine, MachineSpecError, create_machine
 
-GEMM = KernelWork(flops=2 * 8192**3, bytes_moved=3 * 4 * 8192**2, peak="fp32", kernel_class="gemm", framework="jax")
-STENCIL = KernelWork(flops=3 * 2**28, bytes_moved=8 * 2**28, peak="fp32", kernel_class="stencil", framework="jax")
+GEMM = KernelWork(
+    flops=2 * 8192**3,
+    bytes_moved=3 * 4 * 8192**2,
+    peak="fp32",
+    kernel_class="gemm",
+    framework="jax",
+)
+STENCIL = KernelWork(
+    flops=3 * 2**28, bytes_moved=8 * 2**28, peak="fp32", kernel_class="stencil", framework="jax"
+)
 
 
 @pytest.fixture
@@ -35,14 +43,21 @@ def survey(nvml):
     try:
         for i in range(nvml.nvmlDeviceGetCount()):
             h = nvml.nvmlDeviceGetHandleByIndex(i)
-            clocks = nvml.nvmlDeviceGetSupportedGraphicsClocks(h, nvml.nvmlDeviceGetSupportedMemoryClocks(h)[0])
+            clocks = nvml.nvmlDeviceGetSupportedGraphicsClocks(
+                h, nvml.nvmlDeviceGetSupportedMemoryClocks(h)[0]
+            )
             nvml.nvmlDeviceSetGpuLockedClocks(h, clocks[-1], clocks[len(clocks) // 2])
             nvml.nvmlDeviceResetGpuLockedClocks(h)
             try:
                 energy = nvml.nvmlDeviceGetTotalEnergyConsumption(h)
             except nvml.NVMLError_NotSupported:
                 energy = None
-            out.append((nvml.nvmlDeviceGetName(h), nvml.nvmlDeviceGetUUID(h), energy, nvml.nvmlDeviceGetPciInfo(h).busId))
+            out.append((
+                nvml.nvmlDeviceGetName(h),
+                nvml.nvmlDeviceGetUUID(h),
+                energy,
+                nvml.nvmlDeviceGetPciInfo(h).busId,
+            ))
     finally:
         nvml.nvmlShutdown()
     return out

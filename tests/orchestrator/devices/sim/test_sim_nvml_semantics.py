@@ -18,8 +18,12 @@ from orchestrator.devices.sim.state import create_machine
 A100 = load_profile("a100_sxm4_40gb")
 # ~0.5 s at 1410 MHz: compute-bound; ~0.2 s: memory-bound
 GEMM_S = 0.5
-GEMM = KernelWork(flops=19.5e12 * GEMM_S, bytes_moved=1e8, peak="fp32", kernel_class="gemm", framework="jax")
-STREAM = KernelWork(flops=1e9, bytes_moved=1555e9 * 0.2, peak="fp32", kernel_class="stencil", framework="jax")
+GEMM = KernelWork(
+    flops=19.5e12 * GEMM_S, bytes_moved=1e8, peak="fp32", kernel_class="gemm", framework="jax"
+)
+STREAM = KernelWork(
+    flops=1e9, bytes_moved=1555e9 * 0.2, peak="fp32", kernel_class="stencil", framework="jax"
+)
 
 
 @pytest.fixture
@@ -82,7 +86,9 @@ def test_the_counter_holds_still_between_updates_and_catches_up_at_each(open_mac
     sim.simDeviceIdle(h, 0.04)
     assert sim.nvmlDeviceGetTotalEnergyConsumption(h) == 0
     sim.simDeviceIdle(h, 0.06)  # crosses t = 0.1 s
-    assert sim.nvmlDeviceGetTotalEnergyConsumption(h) == pytest.approx(A100.idle_power_w * 0.1 * 1e3, abs=1)
+    assert sim.nvmlDeviceGetTotalEnergyConsumption(h) == pytest.approx(
+        A100.idle_power_w * 0.1 * 1e3, abs=1
+    )
 
 
 def test_a_period_of_zero_gives_the_exact_counter(open_machine):
@@ -127,7 +133,11 @@ def test_the_power_limit_getters_speak_milliwatts(open_machine):
     assert sim.nvmlDeviceGetPowerManagementLimitConstraints(h) == [100_000, 400_000]
     assert sim.nvmlDeviceGetPowerManagementDefaultLimit(h) == 400_000
     sim.nvmlDeviceSetPowerManagementLimit(h, 275_000)
-    assert sim.nvmlDeviceGetPowerManagementLimit(h) == sim.nvmlDeviceGetEnforcedPowerLimit(h) == 275_000
+    assert (
+        sim.nvmlDeviceGetPowerManagementLimit(h)
+        == sim.nvmlDeviceGetEnforcedPowerLimit(h)
+        == 275_000
+    )
 
 
 def test_identity_calls_answer_as_nvml_does(open_machine):

@@ -11,9 +11,9 @@ import os
 import subprocess
 
 import pytest
+from support import DVFS
 
 from orchestrator.devices.sim.profile import ProfileError, load_profile, profile_dir
-from support import DVFS
 
 SHIPPED = profile_dir() / "a100_sxm4_40gb.yaml"
 
