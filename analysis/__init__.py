@@ -21,9 +21,10 @@ imports JAX, TensorFlow or Ray.
 """
 
 from analysis._frame import DEFAULT_GROUP, SETTING_COLUMNS, THRESHOLD_GROUP
+from analysis.compare import compare
 from analysis.load import ROW_COLUMNS, EmptyStoreError, export, load, load_meta, store_paths
 from analysis.pareto import front_mask, pareto_front
-from analysis.recommend import aggregate_repeats, compare, recommend
+from analysis.recommend import aggregate_repeats, recommend
 from analysis.thresholds import thresholds
 
 __all__ = [

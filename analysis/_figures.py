@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analysis._frame import DEFAULT_GROUP, group_positions, is_missing
+from analysis.plot_style import series_columns, series_label, series_styles
 
 DPI = 100
 
@@ -50,23 +51,37 @@ def _figure(image_size: tuple[int, int]) -> Any:
     return fig
 
 
-def pareto_figure(agg: pd.DataFrame, recs: pd.DataFrame, image_size: tuple[int, int],
-                   out: Path) -> tuple[Path, Path]:
+def _styles(df: pd.DataFrame) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """The columns that name a series across the whole figure, and one style per series."""
+    cols = series_columns(df, DEFAULT_GROUP)
+    return cols, series_styles([series_label(k, cols)
+                                for k, _ in group_positions(df, DEFAULT_GROUP)])
+
+
+def pareto_figure(front: pd.DataFrame, recs: pd.DataFrame, texts: pd.DataFrame,
+                  image_size: tuple[int, int], out: Path) -> tuple[Path, Path]:
+    """Writes ``pareto.png`` and ``pareto.svg``: a Pareto panel per workload, one legend.
+
+    Args:
+        front: The settings with their front marked (:func:`analysis.pareto_front`), unique index.
+        recs: :func:`analysis.recommend` of the settings.
+        texts: :func:`analysis.setting_labels.label_texts` of ``front`` and ``recs``.
+        image_size: (width, height) in pixels.
+        out: The directory to write into.
+    """
     from analysis import plots
 
-    workloads = _workloads(agg)
+    workloads = _workloads(front)
     fig = _figure(image_size)
     nrows, ncols = _grid(len(workloads))
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
-    cols = plots.series_columns(agg, DEFAULT_GROUP)
-    names = [plots.series_label(k, cols) for k, _ in group_positions(agg, DEFAULT_GROUP)]
-    styles = plots.series_styles(names)
+    cols, styles = _styles(front)
     handles: dict[str, Any] = {}
     panels = []
     for ax, w in zip(axes, workloads):
-        sub = _rows_of(agg, w)
+        sub = _rows_of(front, w)
         handles.update(plots.plot_pareto(ax, sub, styles=styles, recommendations=recs,
-                                         series=cols, legend=False, labels=False))
+                                         texts=texts, series=cols, legend=False, labels=False))
         panels.append((ax, sub))
     for ax in axes[len(workloads):]:
         ax.set_visible(False)
@@ -78,7 +93,7 @@ def pareto_figure(agg: pd.DataFrame, recs: pd.DataFrame, image_size: tuple[int, 
     fig.draw_without_rendering()
     fig.set_layout_engine("none")  # freeze the layout, then place labels in display space
     for ax, sub in panels:
-        plots.label_settings(ax, sub, recs, styles=styles, series=cols)
+        plots.label_settings(ax, sub, recs, styles=styles, series=cols, texts=texts)
     png, svg = out / "pareto.png", out / "pareto.svg"
     fig.savefig(png, dpi=DPI)
     fig.savefig(svg)
@@ -95,21 +110,27 @@ def _baseline_words(recs: pd.DataFrame) -> str:
     return "the device's default setting, or the highest clock where no default trial was usable"
 
 
-def clocks_figure(df: pd.DataFrame, thr: pd.DataFrame, image_size: tuple[int, int],
-                   out: Path) -> Path:
+def clocks_figure(df: pd.DataFrame, agg: pd.DataFrame, thr: pd.DataFrame,
+                  image_size: tuple[int, int], out: Path) -> Path:
+    """Writes ``clocks.png``: throughput, power and energy per work vs SM clock, a row a workload.
+
+    Args:
+        df: Every trial row.
+        agg: :func:`analysis.aggregate_repeats` of the rows.
+        thr: :func:`analysis.thresholds` of the rows.
+        image_size: (width, height) in pixels.
+        out: The directory to write into.
+    """
     from analysis import plots
 
     workloads = _workloads(df)
     fig = _figure(image_size)
     axes = fig.subplots(len(workloads), 3, squeeze=False)
-    cols = plots.series_columns(df, DEFAULT_GROUP)
-    styles = plots.series_styles([plots.series_label(k, cols)
-                                  for k, _ in group_positions(df, DEFAULT_GROUP)])
+    cols, styles = _styles(df)
     for row, w in zip(axes, workloads):
-        sub = _rows_of(df, w)
         t = _rows_of(thr, w) if len(thr) else thr
-        handles = plots.plot_clocks(row, sub, styles=styles, thresholds=t, series=cols,
-                                    legend=False)
+        handles = plots.plot_clocks(row, _rows_of(df, w), styles=styles, settings=_rows_of(agg, w),
+                                    thresholds=t, series=cols, legend=False)
         row[2].legend(handles=list(handles.values()), fontsize=7, loc="center left",
                       bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.suptitle("Response to the SM clock limit (medians of usable repeats; dots: every repeat)",

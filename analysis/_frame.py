@@ -52,7 +52,8 @@ def with_columns(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     missing = [c for c in columns if c not in df.columns]
     if not missing:
         return df
-    return df.assign(**{c: pd.Series([None] * len(df), index=df.index, dtype=object) for c in missing})
+    fill = {c: pd.Series([None] * len(df), index=df.index, dtype=object) for c in missing}
+    return df.assign(**fill)
 
 
 def truthy(series: pd.Series) -> np.ndarray:
@@ -153,18 +154,3 @@ def iter_groups(df: pd.DataFrame, by: Sequence[str]):
     """Yields ``(key_dict, sub_frame)`` per group, keeping rows with missing keys."""
     for key, positions in group_positions(df, by):
         yield key, df.iloc[positions]
-
-
-def fmt_sig(value: object, digits: int = 4) -> str:
-    """A number with ``digits`` significant digits, or "" when missing."""
-    if is_missing(value):
-        return ""
-    if isinstance(value, (bool, np.bool_)):
-        return "yes" if value else "no"
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        if float(value).is_integer() and abs(value) < 1e6:
-            return str(int(value))
-        return f"{float(value):.{digits}g}"
-    return str(value)

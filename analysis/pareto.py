@@ -17,7 +17,13 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis._frame import DEFAULT_GROUP, exclusion_reasons, group_positions, numeric, require_columns
+from analysis._frame import (
+    DEFAULT_GROUP,
+    exclusion_reasons,
+    group_positions,
+    numeric,
+    require_columns,
+)
 
 
 def front_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Repeats, recommended settings and comparisons.
+"""Repeats and recommended settings (comparisons are :mod:`analysis.compare`'s).
 
 Everything here works on *settings*: the repeats of one setting of one group are first reduced to
 their median and range by :func:`aggregate_repeats`, because a setting chosen on one lucky repeat
@@ -24,7 +24,6 @@ import pandas as pd
 
 from analysis._frame import (
     DEFAULT_GROUP,
-    OK,
     SETTING_COLUMNS,
     exclusion_reasons,
     group_positions,
@@ -99,45 +98,55 @@ def aggregate_repeats(
     require_columns(df, by, "aggregate_repeats")
     df = with_columns(df, [*settings, "status", "valid", "invalid_reason", "error", "device_uuid",
                            "sweep_dir", *SPREAD_METRICS, *_REDUCE])
-    usable_all = exclusion_reasons(df, needed=SPREAD_METRICS).isna().to_numpy()
-    valid_all = truthy(df["valid"])
+    usable = exclusion_reasons(df, needed=SPREAD_METRICS).isna().to_numpy()
+    valid = truthy(df["valid"])
     nums = {c: numeric(df[c]) for c in (*SPREAD_METRICS, *_REDUCE)}
-    status_all = df["status"].tolist()
-    out: list[dict] = []
-    for key, pos in group_positions(df, [*by, *settings]):
-        usable = pos[usable_all[pos]]
-        use = usable if len(usable) else pos
-        statuses = [status_all[i] for i in pos]
-        counts = Counter("missing" if is_missing(s) else str(s) for s in statuses)
-        valid = bool(valid_all[pos].all())
-        invalid = [i for i in pos if not valid_all[i]]
-        reasons = _join_unique([df["invalid_reason"].iat[i] for i in invalid])
-        row = dict(key)
-        row.update(
-            n_repeats=len(pos),
-            n_usable=len(usable),
-            status=worst_status(statuses),
-            status_counts=", ".join(f"{s}×{n}" for s, n in sorted(counts.items())),
-            valid=valid,
-            invalid_reason=None if valid else
-            f"{len(invalid)}/{len(pos)} repeats invalid: {reasons or 'no reason recorded'}",
-            error=_join_unique([df["error"].iat[i] for i in pos]),
-        )
-        for m in SPREAD_METRICS:
-            row[m] = _reduce(nums[m][use], "median")
-            row[f"{m}_min"] = _reduce(nums[m][use], "min")
-            row[f"{m}_max"] = _reduce(nums[m][use], "max")
-        for c, how in _REDUCE.items():
-            row[c] = _reduce(nums[c][use], how)
-        uuids = [df["device_uuid"].iat[i] for i in pos]
-        row["device_uuid"] = _join_unique(uuids)
-        row["n_devices"] = len({u for u in uuids if not is_missing(u)})
-        row["sweep_dir"] = _join_unique([df["sweep_dir"].iat[i] for i in pos])
-        out.append(row)
+    out = [_setting_row(df, key, pos, usable, valid, nums)
+           for key, pos in group_positions(df, [*by, *settings])]
     result = pd.DataFrame(out)
     if "default_setting" in result:
         result["default_setting"] = truthy(result["default_setting"])
     return result
+
+
+def as_settings(df: pd.DataFrame, by: Sequence[str] = DEFAULT_GROUP) -> pd.DataFrame:
+    """``df`` when its repeats are reduced already (it has ``n_repeats``), else
+    :func:`aggregate_repeats` of it: what takes "trial rows or settings" starts here."""
+    return df if "n_repeats" in df.columns else aggregate_repeats(df, by)
+
+
+def _setting_row(df: pd.DataFrame, key: dict, pos: np.ndarray, usable_all: np.ndarray,
+                 valid_all: np.ndarray, nums: dict[str, np.ndarray]) -> dict:
+    """The one row of a setting: the repeats at row positions ``pos`` of ``df`` reduced."""
+    usable = pos[usable_all[pos]]
+    use = usable if len(usable) else pos
+    statuses = [df["status"].iat[i] for i in pos]
+    counts = Counter("missing" if is_missing(s) else str(s) for s in statuses)
+    valid = bool(valid_all[pos].all())
+    invalid = [i for i in pos if not valid_all[i]]
+    reasons = _join_unique([df["invalid_reason"].iat[i] for i in invalid])
+    row = dict(key)
+    row.update(
+        n_repeats=len(pos),
+        n_usable=len(usable),
+        status=worst_status(statuses),
+        status_counts=", ".join(f"{s}×{n}" for s, n in sorted(counts.items())),
+        valid=valid,
+        invalid_reason=None if valid else
+        f"{len(invalid)}/{len(pos)} repeats invalid: {reasons or 'no reason recorded'}",
+        error=_join_unique([df["error"].iat[i] for i in pos]),
+    )
+    for m in SPREAD_METRICS:
+        row[m] = _reduce(nums[m][use], "median")
+        row[f"{m}_min"] = _reduce(nums[m][use], "min")
+        row[f"{m}_max"] = _reduce(nums[m][use], "max")
+    for c, how in _REDUCE.items():
+        row[c] = _reduce(nums[c][use], how)
+    uuids = [df["device_uuid"].iat[i] for i in pos]
+    row["device_uuid"] = _join_unique(uuids)
+    row["n_devices"] = len({u for u in uuids if not is_missing(u)})
+    row["sweep_dir"] = _join_unique([df["sweep_dir"].iat[i] for i in pos])
+    return row
 
 
 def _pick(sub: pd.DataFrame, score: np.ndarray) -> int | None:
@@ -169,12 +178,77 @@ def _baseline(sub: pd.DataFrame, cand: np.ndarray) -> tuple[int | None, str]:
     return int(best), "highest clock (no default trial)"
 
 
-def _beyond_spread(a_min: float, a_max: float, b_min: float, b_max: float,
-                   n_a: int, n_b: int) -> object:
+def beyond_spread(a_min: float, a_max: float, b_min: float, b_max: float,
+                  n_a: int, n_b: int) -> object:
     """True if two ranges are disjoint, NA when either has fewer than two repeats."""
     if n_a < 2 or n_b < 2 or not all(map(np.isfinite, (a_min, a_max, b_min, b_max))):
         return pd.NA
     return bool(a_max < b_min or b_max < a_min)
+
+
+def _picks(sub: pd.DataFrame, cand: np.ndarray, b: int | None,
+           max_slowdown: float) -> dict[str, int | None]:
+    """The row position each objective picks among the usable settings ``cand`` of a group."""
+    t, e, inf = numeric(sub[TIME]), numeric(sub[ENERGY]), np.inf
+    picks = {
+        "baseline": b,
+        "min_energy": _pick(sub, np.where(cand, e, inf)),
+        "min_edp": _pick(sub, np.where(cand, e * t, inf)),
+        "min_ed2p": _pick(sub, np.where(cand, e * t * t, inf)),
+        "min_energy_within_slowdown": None,
+    }
+    if b is not None:
+        allowed = cand & (t <= t[b] * (1.0 + max_slowdown))
+        picks["min_energy_within_slowdown"] = _pick(sub, np.where(allowed, e, inf))
+    return picks
+
+
+def _objective_row(sub: pd.DataFrame, i: int, b: int | None, keep: Sequence[str]) -> dict:
+    """The numbers of the setting at position ``i``, and its changes against baseline ``b``."""
+    t, e = numeric(sub[TIME]), numeric(sub[ENERGY])
+    r = sub.iloc[i]
+    row = {c: r[c] for c in keep}
+    row.update(
+        time_per_iter_s=t[i], energy_per_iter_j=e[i],
+        time_per_iter_s_min=r.get(f"{TIME}_min"), time_per_iter_s_max=r.get(f"{TIME}_max"),
+        energy_per_iter_j_min=r.get(f"{ENERGY}_min"), energy_per_iter_j_max=r.get(f"{ENERGY}_max"),
+        edp_js=e[i] * t[i], ed2p_js2=e[i] * t[i] ** 2,
+        avg_power_w=r.get("avg_power_w"), n_repeats=r.get("n_repeats"),
+        note=None,
+    )
+    if b is not None:
+        rb = sub.iloc[b]
+        row["saving_pct"] = 100.0 * (1.0 - e[i] / e[b])
+        row["slowdown_pct"] = 100.0 * (t[i] / t[b] - 1.0)
+        row["saving_beyond_spread"] = pd.NA if i == b else beyond_spread(
+            float(r[f"{ENERGY}_min"]), float(r[f"{ENERGY}_max"]),
+            float(rb[f"{ENERGY}_min"]), float(rb[f"{ENERGY}_max"]),
+            int(r["n_repeats"]), int(rb["n_repeats"]))
+    return row
+
+
+def _group_recommendations(key: dict, sub: pd.DataFrame, by: Sequence[str],
+                           max_slowdown: float) -> list[dict]:
+    """The rows of one group: one per objective, or one row with a note when nothing is usable."""
+    reasons = exclusion_reasons(sub, needed=SPREAD_METRICS)
+    cand = reasons.isna().to_numpy()
+    b, how = _baseline(sub, cand)
+    if not cand.any():
+        why = Counter(str(r) for r in reasons)
+        return [{**key, "objective": None, "baseline": how,
+                 "note": f"no usable setting among {len(sub)}: " + "; ".join(
+                     f"{n}× {r}" for r, n in why.most_common())}]
+    keep = [c for c in [*by, *SETTING_COLUMNS] if c not in key]
+    rows = []
+    for objective, i in _picks(sub, cand, b, max_slowdown).items():
+        row = {**key, "objective": objective, "baseline": how,
+               "max_slowdown_pct": 100 * max_slowdown}
+        if i is None:
+            row["note"] = "no baseline to measure against"
+        else:
+            row.update(_objective_row(sub, i, b, keep))
+        rows.append(row)
+    return rows
 
 
 def recommend(
@@ -206,162 +280,12 @@ def recommend(
     by = list(by)
     agg = df if "n_repeats" in df.columns else aggregate_repeats(df, by)
     agg = with_columns(agg, [*SETTING_COLUMNS, "avg_power_w", f"{ENERGY}_min", f"{ENERGY}_max"])
-    keep = [*by, *SETTING_COLUMNS]
     out: list[dict] = []
     for key, pos in group_positions(agg, by):
-        sub = agg.iloc[pos].reset_index(drop=True)
-        reasons = exclusion_reasons(sub, needed=SPREAD_METRICS)
-        cand = reasons.isna().to_numpy()
-        t, e = numeric(sub[TIME]), numeric(sub[ENERGY])
-        b, how = _baseline(sub, cand)
-        if not cand.any():
-            why = Counter(str(r) for r in reasons)
-            out.append({**key, "objective": None, "baseline": how,
-                        "note": f"no usable setting among {len(sub)}: " + "; ".join(
-                            f"{n}× {r}" for r, n in why.most_common())})
-            continue
-        inf = np.inf
-        picks = {
-            "baseline": b,
-            "min_energy": _pick(sub, np.where(cand, e, inf)),
-            "min_edp": _pick(sub, np.where(cand, e * t, inf)),
-            "min_ed2p": _pick(sub, np.where(cand, e * t * t, inf)),
-        }
-        if b is not None:
-            allowed = cand & (t <= t[b] * (1.0 + max_slowdown))
-            picks["min_energy_within_slowdown"] = _pick(sub, np.where(allowed, e, inf))
-        else:
-            picks["min_energy_within_slowdown"] = None
-        for objective in OBJECTIVES:
-            i = picks[objective]
-            row = {**key, "objective": objective, "baseline": how, "max_slowdown_pct": 100 * max_slowdown}
-            if i is None:
-                row["note"] = "no baseline to measure against"
-                out.append(row)
-                continue
-            r = sub.iloc[i]
-            row.update({c: r[c] for c in keep if c not in key})
-            row.update(
-                time_per_iter_s=t[i], energy_per_iter_j=e[i],
-                time_per_iter_s_min=r.get(f"{TIME}_min"), time_per_iter_s_max=r.get(f"{TIME}_max"),
-                energy_per_iter_j_min=r.get(f"{ENERGY}_min"),
-                energy_per_iter_j_max=r.get(f"{ENERGY}_max"),
-                edp_js=e[i] * t[i], ed2p_js2=e[i] * t[i] ** 2,
-                avg_power_w=r.get("avg_power_w"), n_repeats=r.get("n_repeats"),
-                note=None,
-            )
-            if b is not None:
-                rb = sub.iloc[b]
-                row["saving_pct"] = 100.0 * (1.0 - e[i] / e[b])
-                row["slowdown_pct"] = 100.0 * (t[i] / t[b] - 1.0)
-                row["saving_beyond_spread"] = pd.NA if i == b else _beyond_spread(
-                    float(r[f"{ENERGY}_min"]), float(r[f"{ENERGY}_max"]),
-                    float(rb[f"{ENERGY}_min"]), float(rb[f"{ENERGY}_max"]),
-                    int(r["n_repeats"]), int(rb["n_repeats"]))
-            out.append(row)
+        out.extend(_group_recommendations(key, agg.iloc[pos].reset_index(drop=True), by,
+                                          max_slowdown))
     result = pd.DataFrame(out)
     first = [*by, "objective", *SETTING_COLUMNS, TIME, ENERGY, "saving_pct", "slowdown_pct",
              "baseline"]
     result = with_columns(result, first)
     return result[first + [c for c in result.columns if c not in first]]
-
-
-def compare(
-    df: pd.DataFrame,
-    a: object,
-    b: object,
-    on: str = "framework",
-    *,
-    by: Sequence[str] | None = None,
-    metrics: Sequence[str] = SPREAD_METRICS,
-    per_setting: bool = False,
-) -> pd.DataFrame:
-    """Compares two values of one column (JAX vs TensorFlow, one GPU vs another) setting by setting.
-
-    Settings are matched within a group (same workload, size, ..., and same asked clocks and
-    limits); only settings usable on both sides count. For each matched setting the ratio of
-    the medians ``a / b`` is taken; the difference is *beyond spread* when the two repeat ranges
-    do not overlap. That is a weak test with few repeats: with no real difference, two ranges of
-    ``n_a`` and ``n_b`` repeats come out disjoint by chance with probability
-    ``2 n_a! n_b! / (n_a + n_b)!`` (1/3 for 2 and 2, 1/10 for 3 and 3), given as ``p_chance``;
-    ``significant`` is True when the ranges are disjoint and ``p_chance <= 0.05``.
-
-    Args:
-        df: Trial rows.
-        a: The value of ``on`` in the numerator (e.g. ``"jax"``).
-        b: The value of ``on`` in the denominator (e.g. ``"tensorflow"``).
-        on: The column that tells the two sides apart.
-        by: The grouping columns; default :data:`DEFAULT_GROUP` without ``on``.
-        metrics: The columns compared.
-        per_setting: Return one row per matched setting instead of one per group.
-
-    Returns:
-        Per group and metric (``per_setting=False``): ``n_settings`` matched, ``median_ratio``,
-        ``min_ratio``, ``max_ratio`` (of ``a / b``), ``n_beyond_spread``, ``n_judged`` (settings
-        with two or more repeats a side), ``p_chance`` and ``significant``: True when every
-        judged setting is beyond spread in the same direction and the chance of that with no
-        real difference, ``2 * prod(p_i / 2)`` over the judged settings (taken as independent),
-        is at most 0.05; False otherwise; NA when no setting could be judged. Per setting: the setting columns, ``a_median``,
-        ``b_median``, their ranges and repeat counts, ``ratio``, ``beyond_spread``,
-        ``p_chance`` and ``significant``.
-    """
-    by = [c for c in (DEFAULT_GROUP if by is None else by) if c != on]
-    require_columns(df, [on, *by], "compare")
-    agg = aggregate_repeats(df[df[on].isin([a, b])], [*by, on])
-    if not len(agg):
-        raise UserError(f"compare: no trials with {on} = {a!r} or {b!r}")
-    agg = agg[exclusion_reasons(agg, needed=list(metrics)).isna().to_numpy()]
-    match = [*by, *SETTING_COLUMNS]
-    rows: list[dict] = []
-    for key, pos in group_positions(agg, match):
-        sub = agg.iloc[pos]
-        sa, sb = sub[sub[on] == a], sub[sub[on] == b]
-        if not len(sa) or not len(sb):
-            continue
-        ra, rb = sa.iloc[0], sb.iloc[0]
-        na, nb = int(ra["n_usable"]), int(rb["n_usable"])
-        p_chance = 2.0 * math.factorial(na) * math.factorial(nb) / math.factorial(na + nb)
-        for m in metrics:
-            beyond = _beyond_spread(float(ra[f"{m}_min"]), float(ra[f"{m}_max"]),
-                                    float(rb[f"{m}_min"]), float(rb[f"{m}_max"]), na, nb) \
-                if f"{m}_min" in sub else pd.NA
-            rows.append({
-                **key, "metric": m, "a": a, "b": b,
-                "a_median": ra[m], "b_median": rb[m], "ratio": ra[m] / rb[m],
-                "a_min": ra.get(f"{m}_min"), "a_max": ra.get(f"{m}_max"),
-                "b_min": rb.get(f"{m}_min"), "b_max": rb.get(f"{m}_max"),
-                "n_a": na, "n_b": nb, "beyond_spread": beyond,
-                "p_chance": p_chance if beyond is not pd.NA else math.nan,
-                "significant": pd.NA if beyond is pd.NA else bool(beyond and p_chance <= 0.05),
-            })
-    detail = pd.DataFrame(rows, columns=[*match, "metric", "a", "b", "a_median", "b_median", "ratio",
-                                         "a_min", "a_max", "b_min", "b_max", "n_a", "n_b",
-                                         "beyond_spread", "p_chance", "significant"])
-    if per_setting:
-        return detail
-    summary: list[dict] = []
-    for key, pos in group_positions(detail, [*by, "metric"]):
-        sub = detail.iloc[pos]
-        ratio = sub["ratio"].to_numpy(dtype=float)
-        judged = [(bool(s), float(p), r) for s, p, r in
-                  zip(sub["beyond_spread"], sub["p_chance"], ratio) if s is not pd.NA]
-        p_group = math.nan
-        if not judged:
-            significant: object = pd.NA
-        elif all(s for s, _, _ in judged) and len({r > 1 for _, _, r in judged}) == 1:
-            # Every judged setting separated, all the same way: by chance (independent settings,
-            # no real difference) each does so in a given direction with probability p_i / 2.
-            p_group = 2.0 * math.prod(p / 2.0 for _, p, _ in judged)
-            significant = bool(p_group <= 0.05)
-        else:
-            significant = False
-        summary.append({
-            **key, "a": a, "b": b, "n_settings": len(sub),
-            "median_ratio": float(np.median(ratio)), "min_ratio": float(ratio.min()),
-            "max_ratio": float(ratio.max()),
-            "n_beyond_spread": int(sum(v is True for v in sub["beyond_spread"])),
-            "n_judged": len(judged), "p_chance": p_group, "significant": significant,
-        })
-    return pd.DataFrame(summary, columns=[*by, "metric", "a", "b", "n_settings", "median_ratio",
-                                          "min_ratio", "max_ratio", "n_beyond_spread", "n_judged",
-                                          "p_chance", "significant"])

@@ -66,7 +66,8 @@ def synthetic_rows(
                     e = p * t
                     iters = int(max(10, 2.0 / t))
                     status, valid, why, err = "ok", True, None, None
-                    if jax_fails_below_mhz and fw == "jax" and w == "gemm" and f < jax_fails_below_mhz:
+                    if (jax_fails_below_mhz and fw == "jax" and w == "gemm"
+                            and f < jax_fails_below_mhz):
                         status, err = "wrong", "rel_error 3.2e-02 > tolerance 1e-4"
                     if invalid_clock_mhz and clock == invalid_clock_mhz and fw == "tensorflow" \
                             and w == "stencil" and r == 0:
@@ -87,7 +88,8 @@ def synthetic_rows(
                         "iterations": iters, "time_s": t * iters, "time_per_iter_s": t,
                         "throughput": 1 / t, "tflops": flop / t / 1e12, "gbps": nbytes / t / 1e9,
                         "energy_j": e * iters, "energy_per_iter_j": e,
-                        "energy_per_tflop_j": e / (flop / 1e12), "energy_per_gb_j": e / (nbytes / 1e9),
+                        "energy_per_tflop_j": e / (flop / 1e12),
+                        "energy_per_gb_j": e / (nbytes / 1e9),
                         "rel_error": 1e-7 if status == "ok" else 3.2e-2, "max_abs_error": 1e-6,
                         "nonfinite_count": 0, "determinism_mismatches": 0,
                         "status": status, "error": err, "valid": valid, "invalid_reason": why,

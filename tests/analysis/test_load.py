@@ -66,7 +66,8 @@ def test_import_analysis_stays_light():
 
     root = Path(__file__).resolve().parents[2]
     code = ("import sys, analysis, analysis.plots, analysis.report; "
-            "print(sorted(m for m in ('matplotlib', 'jax', 'tensorflow', 'ray') if m in sys.modules))")
+            "print(sorted(m for m in ('matplotlib', 'jax', 'tensorflow', 'ray') "
+            "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
