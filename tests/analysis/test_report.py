@@ -129,3 +129,30 @@ def test_a_sweep_that_has_just_started_still_gets_a_report(tmp_path):
     assert png_size(files["pareto.png"]) == (640, 400)
     md = files["report.md"].read_text(encoding="utf-8")
     assert "status=crash" in md and "1200 MHz" in md and "thresholds.csv" in files
+
+
+def _report_md(tmp_path, rows) -> str:
+    with ResultStore(tmp_path / "sweep") as store:
+        for row in rows:
+            store.put(row)
+    files = write_report(tmp_path / "sweep", tmp_path / "out", image_size=(1000, 700))
+    return files["report.md"].read_text(encoding="utf-8")
+
+
+def test_a_sweep_on_the_simulated_gpu_says_so_first_and_names_what_it_planted(tmp_path, make_rows):
+    rows = make_rows(repeats=1, workloads=("gemm",))
+    for r in rows:
+        r["config"] = {**r["config"], "device": {"backend": "sim", "scenario": "seed_claims"}}
+    md = _report_md(tmp_path, rows)
+    first = md.split("## Summary")[0]  # before any finding
+    assert f"{len(rows)} of {len(rows)} trials ran on a simulated GPU" in first
+    assert "A100-SXM4-40GB" in first and "not from hardware" in first
+    assert "planted in the simulated GPUs (scenario seed_claims)" in first
+
+
+def test_a_sweep_on_real_gpus_has_no_simulator_note(tmp_path, make_rows):
+    rows = make_rows(repeats=1, workloads=("gemm",))
+    for r in rows:
+        r["backend"] = "nvml"
+    md = _report_md(tmp_path, rows)
+    assert "simulated" not in md and "planted" not in md
