@@ -54,7 +54,7 @@ SCHEMA_VERSION = 1
 STORE_FILENAME = "trials.sqlite"
 
 # Keys bound in one ``IN (...)`` query: under SQLite's smallest limit on bound parameters (999).
-_KEYS_PER_QUERY = 500
+KEYS_PER_QUERY = 500
 
 
 class StoreError(UserError):
@@ -383,8 +383,8 @@ class ResultStore:
 
         def select() -> list[tuple[int, str, str]]:
             fetched: list[tuple[int, str, str]] = []
-            for at in range(0, len(wanted), _KEYS_PER_QUERY):
-                batch = wanted[at:at + _KEYS_PER_QUERY]
+            for at in range(0, len(wanted), KEYS_PER_QUERY):
+                batch = wanted[at:at + KEYS_PER_QUERY]
                 fetched += db.execute(
                     "SELECT id, trial_key, row_json FROM trials WHERE trial_key IN "
                     f"({', '.join('?' * len(batch))}) ORDER BY trial_key, repeat",

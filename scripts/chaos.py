@@ -46,6 +46,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -112,7 +113,9 @@ SIDE_CLOCKS = (1005, 1110, 1215, 1320)
 class ChaosRun:
     """The machine, the sweeps, the faults and what each did."""
 
-    def __init__(self, root: Path, rng: random.Random, kinds: list[str], say: Callable[[str], None]):
+    def __init__(
+        self, root: Path, rng: random.Random, kinds: list[str], say: Callable[[str], None]
+    ):
         self.root = root
         self.rng = rng
         self.say = say
@@ -152,6 +155,11 @@ class ChaosRun:
         self.disk = disk
 
     def close(self) -> None:
+        """Tear down: kill the drivers still up and every process of this run, unmount the tmpfs.
+
+        The stores on the tmpfs are copied to ``<root>/stores`` first, so that what the run left
+        behind can be read after it (``tests/scripts/test_chaos.py`` reads it).
+        """
         for d in [self.driver, *(s for s, _ in self.sides)]:
             if d is not None and d.alive():
                 d.proc.kill()
@@ -160,9 +168,12 @@ class ChaosRun:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if self.disk is not None:
+            shutil.copytree(self.disk, self.root / "stores", dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("ballast*"))
             subprocess.run(["umount", "-l", str(self.disk)], capture_output=True)
 
     def now(self) -> float:
+        """Seconds since the run began (monotonic clock)."""
         return time.monotonic() - self.t0
 
     def _stores(self) -> Path:
@@ -170,12 +181,19 @@ class ChaosRun:
 
     # --- sweeps ----------------------------------------------------------------------------
     def new_main_sweep(self) -> Sweep:
+        """A new main sweep (``sweep-<n>``, the main grid) in a directory of its own."""
         n = sum(s.role == "main" for s in self.sweeps) + 1
         sweep = Sweep(self._stores() / f"sweep-{n}", MAIN_WORKLOADS, MAIN_CLOCKS, "main")
         self.sweeps.append(sweep)
         return sweep
 
     def start(self, sweep: Sweep) -> Driver:
+        """Start ``dvfs sweep -m`` on ``sweep`` in a session of its own, its stderr to a log file.
+
+        Returns:
+            The running driver, with the rows its sweep held at the start (a resume counts from
+            there).
+        """
         log = self.root / "logs" / f"{sweep.directory.name}-{self.driver_starts}.err"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w") as err:
@@ -187,6 +205,7 @@ class ChaosRun:
         return Driver(proc, sweep, log, rows_at_start=len(sweep.rows()))
 
     def start_main(self, sweep: Sweep) -> None:
+        """Start ``sweep`` as the main driver, the one the faults strike."""
         self.driver = self.start(sweep)
 
     def until_trials_flow(self, early: bool, claimed: bool = False) -> None:
@@ -265,6 +284,11 @@ class ChaosRun:
         return sum(1 for sweep in self.sweeps for r in sweep.rows() if r["status"] == status)
 
     def dvfs_restore(self) -> str:
+        """Run ``dvfs restore`` on the machine, as an operator would after a fault; its last line.
+
+        Raises:
+            RuntimeError: ``dvfs restore`` failed.
+        """
         out = subprocess.run([*DVFS, "restore", *MACHINE], cwd=self.root, env=self.env,
                              capture_output=True, text=True, timeout=120)
         text = (out.stdout + out.stderr).strip()
@@ -275,10 +299,12 @@ class ChaosRun:
 
     # --- the machine -----------------------------------------------------------------------
     def uuids(self) -> list[str]:
+        """The simulated GPUs' UUIDs in index order, from the machine's ``machine.json``."""
         gpus = json.loads((self.state / "machine.json").read_text())["gpus"]
         return [g["uuid"] for g in gpus]
 
     def gpu_state(self, index: int) -> dict[str, Any]:
+        """The sim's state of GPU ``index`` (settings, lost or not), read from its state file."""
         from orchestrator.devices.sim.state import Machine
 
         return Machine(self.state).read(index)
@@ -304,6 +330,7 @@ class ChaosRun:
         return changed
 
     def journal_entries(self) -> list[str]:
+        """The UUIDs of the GPUs with a journal entry (a setting not yet restored), sorted."""
         return sorted(p.stem for p in self.journal.glob("*.json")) if self.journal.exists() else []
 
     def orphaned_entries(self) -> list[str]:
@@ -311,6 +338,7 @@ class ChaosRun:
         return [u for u in self.journal_entries() if not self.is_leased(u)]
 
     def set_lost(self, uuid: str, lost: bool) -> None:
+        """Make the GPU ``uuid`` fall off the bus (``lost``) or bring it back (a reset)."""
         from orchestrator.devices.sim import nvml as sim
 
         sim.nvmlInit()
@@ -320,11 +348,13 @@ class ChaosRun:
             sim.nvmlShutdown()
 
     def is_leased(self, uuid: str) -> bool:
-        from orchestrator.guard import Journal
+        """Whether a live process holds the lease on the GPU ``uuid`` right now."""
+        from orchestrator.journal import Journal
 
         return Journal(self.journal).is_leased(uuid)
 
     def fill_disk(self) -> int:
+        """Fill the tmpfs with a ballast file until not one byte more fits; the bytes written."""
         assert self.disk is not None
         fd = os.open(self.disk / "ballast", os.O_WRONLY | os.O_CREAT, 0o600)
         written = 0
@@ -339,11 +369,13 @@ class ChaosRun:
         return written
 
     def free_disk(self) -> None:
+        """Delete the ballast file, so the stores can be written again (no tmpfs: nothing)."""
         if self.disk is not None:
             (self.disk / "ballast").unlink(missing_ok=True)
 
 
 def last_line(text: str) -> str:
+    """The last non-blank line of ``text``, cut to 300 characters (empty if there is none)."""
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1][:300] if lines else ""
 
@@ -361,6 +393,7 @@ def _signal_driver(run: ChaosRun, sig: int, ok: Callable[[dict[str, Any], Driver
 
 
 def fault_driver_sigkill(run: ChaosRun) -> dict[str, Any]:
+    """``kill -9`` the driver, then recover; it worked if the driver died of SIGKILL."""
     return _signal_driver(run, signal.SIGKILL, lambda rec, d: rec["driver_rc"] == -signal.SIGKILL)
 
 
@@ -372,6 +405,10 @@ def fault_driver_sigterm(run: ChaosRun) -> dict[str, Any]:
 
 
 def fault_worker_sigkill(run: ChaosRun) -> dict[str, Any]:
+    """``kill -9`` one GPU's worker (the first one mostly, else any).
+
+    It worked if a new worker started within 60 s, or the sweep ended with 0.
+    """
     d = run.driver
     workers = d.workers()
     if not workers:
@@ -408,14 +445,21 @@ def _schedule(run: ChaosRun, action: dict[str, Any], status: str) -> dict[str, A
 
 
 def fault_kernel_hang(run: ChaosRun) -> dict[str, Any]:
+    """A random GPU's next kernel call hangs an hour; it worked once a ``timeout`` row is in."""
     return _schedule(run, {"hang_s": 3600}, "timeout")
 
 
 def fault_kernel_crash(run: ChaosRun) -> dict[str, Any]:
+    """A random GPU's next kernel call kills its process; it worked once a ``crash`` row is in."""
     return _schedule(run, {"exit_process": True}, "crash")
 
 
 def fault_gpu_lost(run: ChaosRun) -> dict[str, Any]:
+    """A GPU (one the sweep holds, if any) falls off the bus; it is brought back once let go.
+
+    It worked if the sweep let go of the GPU within 120 s (its worker retired, or the sweep
+    ended); ``dvfs restore`` then puts back what its failed trial left changed.
+    """
     d = run.driver
     uuids = run.uuids()
     in_use = [u for u in uuids if run.is_leased(u)]  # a GPU the sweep still holds, if any
@@ -434,6 +478,11 @@ def fault_gpu_lost(run: ChaosRun) -> dict[str, Any]:
 
 
 def fault_disk_full(run: ChaosRun) -> dict[str, Any]:
+    """Fill the stores' disk: the driver must exit 4, saying to free space, with no journal left.
+
+    Then recover (restore, free the disk, resume); a sweep that ended with 0 before it wrote
+    again is a miss.
+    """
     d = run.driver
     pids = descendants(d.pid)
     filled = run.fill_disk()
@@ -448,6 +497,11 @@ def fault_disk_full(run: ChaosRun) -> dict[str, Any]:
 
 
 def fault_two_sweeps(run: ChaosRun) -> dict[str, Any]:
+    """Start the same command again (same directory) and a side sweep on the same GPUs.
+
+    It worked if the second ``dvfs sweep`` into the same directory was refused (exit 2, "is being
+    written by another sweep"); the side sweep queues per GPU and runs to its end.
+    """
     d = run.driver
     same = run.start(d.sweep)  # the same command, the same directory, at once
     n = len(run.sides) + 1
@@ -514,6 +568,7 @@ def processes_left(run: ChaosRun) -> list[int]:
 
 
 def ledger(run: ChaosRun) -> dict[str, Any]:
+    """What the run left, per sweep and in total, and whether every target was met."""
     sweeps = [s.ledger() for s in run.sweeps]
     rows = [r for s in sweeps for r in s.pop("rows")]
     failing_kinds = Counter(f["kind"] for f in run.faults)
@@ -554,6 +609,7 @@ def ledger(run: ChaosRun) -> dict[str, Any]:
 
 
 def summary(result: dict[str, Any]) -> str:
+    """The ledger as the few lines printed at the end of a run."""
     t = result["totals"]
     by_kind = ", ".join(f"{k} {n}" for k, n in sorted(t["faults_by_kind"].items()))
     statuses = ", ".join(f"{k} {n}" for k, n in sorted(t["rows_by_status"].items()))
@@ -587,6 +643,19 @@ def schedule_of(kinds: list[str], n: int, rng: random.Random) -> list[str]:
 
 def run_chaos(root: Path, faults: int, kinds: list[str], seed: int,
               say: Callable[[str], None]) -> dict[str, Any]:
+    """The whole chaos run: a main sweep, ``faults`` faults at random moments, then the ledger.
+
+    Args:
+        root: the work directory (state, stores, logs).
+        faults: how many faults to inject.
+        kinds: the fault kinds to draw from (``disk_full`` is dropped where no tmpfs mounts).
+        seed: seeds the kinds' order and the moments.
+        say: prints one progress line.
+
+    Returns:
+        The ledger, with every fault's record, every ``dvfs restore`` output and the wall time
+        in seconds.
+    """
     rng = random.Random(seed)
     run = ChaosRun(root, rng, kinds, say)
     try:
@@ -612,11 +681,13 @@ def run_chaos(root: Path, faults: int, kinds: list[str], seed: int,
         run.close()
     result["faults"] = run.faults
     result["restores"] = run.restores
+    result["root"] = str(root)
     result["wall_s"] = run.now()
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run chaos from the command line; exit status 0 when every target was met, else 1."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--faults", type=int, default=32, help="how many faults (default 32)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated fault kinds")

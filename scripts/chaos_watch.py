@@ -50,6 +50,7 @@ def descendants(pid: int) -> set[int]:
 
 
 def cmdline(pid: int) -> str:
+    """The command line of ``pid``, its arguments joined by spaces (empty once it has gone)."""
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     except OSError:
@@ -57,6 +58,7 @@ def cmdline(pid: int) -> str:
 
 
 def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: it exists and is not a zombie (a killed child not yet reaped)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
@@ -80,6 +82,10 @@ def processes_with_env(key: str, value: str) -> list[int]:
 
 
 def wait_for(cond: Callable[[], bool], timeout_s: float, every_s: float = 0.2) -> bool:
+    """Poll ``cond`` every ``every_s`` seconds for up to ``timeout_s``; whether it came true.
+
+    ``cond`` is asked once more at the deadline, so a late success still counts.
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if cond():
@@ -100,18 +106,22 @@ class Driver:
 
     @property
     def pid(self) -> int:
+        """The driver's process id, also its process group's (it starts a session of its own)."""
         return self.proc.pid
 
     def alive(self) -> bool:
+        """Whether the driver process is still running."""
         return self.proc.poll() is None
 
     def wait(self, timeout_s: float) -> int | None:
+        """Wait up to ``timeout_s`` seconds for the driver to exit; its exit code, or None."""
         try:
             return self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return None
 
     def stderr(self) -> str:
+        """Everything the driver has written to stderr so far (empty if the log cannot be read)."""
         try:
             return self.log.read_text(errors="replace")
         except OSError:
@@ -143,9 +153,11 @@ class Sweep:
         ]
 
     def expected(self) -> set[tuple[str, int]]:
+        """Every (workload, SM clock in MHz) job of the grid: what the sweep must end up holding."""
         return {(w, c) for w in self.workloads for c in self.clocks}
 
     def rows(self) -> list[dict[str, Any]]:
+        """The rows stored in the sweep's directory so far (none while it has no readable store)."""
         from orchestrator.store import ResultStore, StoreError
 
         try:
@@ -192,6 +204,7 @@ def overlaps(rows: list[dict[str, Any]]) -> int:
 
 
 def unexplained(rows: list[dict[str, Any]]) -> list[str]:
+    """The failed rows no injected fault explains (the error lacks the fault's sign), as text."""
     out = []
     for r in rows:
         if r["status"] == "ok":

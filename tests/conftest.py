@@ -2,13 +2,15 @@
 simulated machine per test.
 
 Ray, Keras, matplotlib and pip write under the home directory and the system temp folder by
-default; the suite points them at one scratch folder so a test run leaves nothing behind and two
-runs never share state.
+default; the suite points them at one scratch folder so two runs never share state, and removes
+it when the session ends (after shutting down a Ray instance a test left running in it), so a
+test run leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -16,7 +18,12 @@ from pathlib import Path
 import pytest
 
 _SCRATCH = Path(tempfile.mkdtemp(prefix="dvfs-tests-"))
-for var, sub in (("RAY_TMPDIR", "ray"), ("MPLCONFIGDIR", "mpl"), ("KERAS_HOME", "keras"), ("XDG_CACHE_HOME", "cache")):
+for var, sub in (
+    ("RAY_TMPDIR", "ray"),
+    ("MPLCONFIGDIR", "mpl"),
+    ("KERAS_HOME", "keras"),
+    ("XDG_CACHE_HOME", "cache"),
+):
     os.environ.setdefault(var, str(_SCRATCH / sub))
     Path(os.environ[var]).mkdir(parents=True, exist_ok=True)
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -24,6 +31,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.pop("DVFS_SIM_STATE_DIR", None)
 os.environ.pop("DVFS_JOURNAL_DIR", None)
 
+
+def pytest_unconfigure(config):
+    """Remove the scratch folder, once nothing of the session writes there any more."""
+    if "ray" in sys.modules:
+        import ray
+
+        ray.shutdown()
+    shutil.rmtree(_SCRATCH, ignore_errors=True)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ if str(ROOT) not in sys.path:  # the repository is not installed in the venv
 
 from orchestrator.errors import UserError  # noqa: E402
 from orchestrator.store import (  # noqa: E402
+    KEYS_PER_QUERY,
     SCHEMA_VERSION,
     STORE_FILENAME,
     CorruptStoreError,
@@ -226,10 +226,9 @@ def test_find_stores_searches_multirun_directories(tmp_path):
 def test_a_store_opened_by_file_path_is_the_same_store(tmp_path):
     with ResultStore(tmp_path) as store:
         store.put(row("a"))
-    t0 = time.monotonic()
     with ResultStore(tmp_path / STORE_FILENAME, readonly=True) as ro:
+        assert ro.path == ResultStore(tmp_path, readonly=True).path
         assert ro.keys() == {("a", 0)}
-    assert time.monotonic() - t0 < 5
 
 
 # --- the rows of given trial keys ---------------------------------------------------------------
@@ -246,7 +245,7 @@ def test_rows_for_gives_each_asked_key_its_rows_in_repeat_order(tmp_path):
         assert ro.rows_for(["c"]) == {"c": [row("c", 0)]}
 
 
-def test_rows_for_ten_thousand_keys_is_one_indexed_query_per_batch_and_fast(tmp_path):
+def test_rows_for_ten_thousand_keys_is_one_indexed_query_per_batch(tmp_path):
     n = 10_000
     ResultStore(tmp_path).close()
     with sqlite3.connect(tmp_path / STORE_FILENAME) as conn:  # fast setup: one transaction
@@ -260,13 +259,14 @@ def test_rows_for_ten_thousand_keys_is_one_indexed_query_per_batch_and_fast(tmp_
         plan = conn.execute(f"EXPLAIN QUERY PLAN {query}", ("k1", "k2")).fetchall()
     assert any("USING INDEX" in step[-1] for step in plan), plan  # no scan of the table
     asked = [f"k{i}" for i in range(0, n, 2)] + [f"absent{i}" for i in range(n // 2)]
+    selects: list[str] = []
     with ResultStore(tmp_path, readonly=True) as ro:
-        t0 = time.perf_counter()
+        ro._conn.set_trace_callback(lambda sql: selects.append(sql) if "SELECT" in sql else None)
         found = ro.rows_for(asked)
-        elapsed_s = time.perf_counter() - t0
     assert len(found) == n // 2
     assert all([r["repeat"] for r in rows] == [0, 1] for rows in found.values())
-    assert elapsed_s < 2.0, elapsed_s
+    batches = -(-len(asked) // KEYS_PER_QUERY)
+    assert len(selects) == batches > 1  # one query per batch of keys, none per key
 
 
 def test_rows_for_on_a_store_with_no_tables_yet_is_empty(tmp_path):

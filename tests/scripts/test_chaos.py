@@ -1,18 +1,22 @@
 """``scripts/chaos.py`` in its short form: 10 faults, every kind at least once, on 4 simulated GPUs.
 
 One chaos run (a few minutes) serves the module: each fault kind has its own test of what that
-fault must leave behind (its rows, the GPUs' settings, the journal), and one test holds the run's
-end state to the targets: nothing lost, nothing stored twice, nothing left changed.
+fault must leave behind (its rows, the GPUs' settings, the journal), one test reads what the run
+left on disk and in the process table itself (the stores, each simulated GPU's state, the
+guard's journal, the processes), never the script's own verdict, and one holds the script's
+ledger to the same targets: nothing lost, nothing stored twice, nothing left changed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections import Counter
+from pathlib import Path
 
 import pytest
-
 from support import REPO
 
 pytestmark = pytest.mark.slow
@@ -49,6 +53,45 @@ def rows_with(chaos, status):
     return sum(s["statuses"].get(status, 0) for s in chaos["sweeps"])
 
 
+def _processes_of(state_dir: Path) -> list[int]:
+    """Live processes whose environment names this run's simulated machine."""
+    marker = f"DVFS_SIM_STATE_DIR={state_dir}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                if marker in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:  # gone meanwhile, or not ours to read
+                pass
+    return found
+
+
+def test_what_the_run_left_behind_holds_every_trial_once_and_no_gpu_changed(chaos):
+    from orchestrator.devices.sim.profile import load_profile
+    from orchestrator.devices.sim.state import Machine
+    from orchestrator.store import ResultStore
+    from scripts.chaos import MAIN_CLOCKS, MAIN_WORKLOADS, SIDE_CLOCKS, SIDE_WORKLOADS
+
+    root = Path(chaos["root"])
+    grids = {"main": (MAIN_WORKLOADS, MAIN_CLOCKS), "side": (SIDE_WORKLOADS, SIDE_CLOCKS)}
+    for sweep in chaos["sweeps"]:
+        workloads, clocks = grids[sweep["role"]]
+        with ResultStore(root / "stores" / Path(sweep["dir"]).name, readonly=True) as store:
+            rows = store.rows()
+        per_job = Counter((r["workload"], int(r["sm_clock_max_mhz"])) for r in rows)
+        assert per_job == Counter({(w, c): 1 for w in workloads for c in clocks}), sweep["dir"]
+    machine = Machine(root / "sim")
+    for i, gpu in enumerate(machine.gpus):
+        s = machine.read(i)
+        default_w = load_profile(gpu.profile).power_limit_default_w
+        assert (s["locked_sm_mhz"], s["locked_mem_mhz"], s["offset_mhz"], s["lost"]) \
+            == (None, None, 0, False), f"gpu {i}"
+        assert abs(s["power_limit_w"] - default_w) < 0.5, f"gpu {i}"
+    assert sorted((root / "sim" / "journal").glob("*.json")) == []
+    assert _processes_of(root / "sim") == []
+
+
 def test_the_run_meets_every_target_and_says_so(chaos):
     t = chaos["totals"]
     assert chaos["returncode"] == 0, chaos["stdout"][-3000:]
@@ -71,7 +114,8 @@ def test_a_killed_driver_is_restored_by_dvfs_restore_and_resumed(chaos):
         assert f["driver_rc"] == -9 and f["workers_gone"]
         assert f["clean_after_restore"] in (True, None)  # None: another sweep held the GPUs
         assert f["restore"].startswith(("nothing to restore", "restored"))
-    assert chaos["totals"]["driver_starts"] > len(chaos["sweeps"])  # resumed, not started over
+    # resumed, not started over
+    assert chaos["totals"]["driver_starts"] > len(chaos["sweeps"])
 
 
 def test_a_terminated_driver_restores_every_gpu_itself_and_exits_143(chaos):
@@ -117,6 +161,7 @@ def test_a_second_sweep_into_the_same_directory_is_refused_and_another_one_queue
     for f in faults_of(chaos, "two_sweeps"):
         assert f["same_dir_rc"] == 2 and f["ok"]
     sides = [s for s in chaos["sweeps"] if s["role"] == "side"]
-    assert sides and all(s["stored_once"] == s["expected"] and s["statuses"] == {"ok": s["expected"]}
-                         for s in sides)
+    assert sides and all(
+        s["stored_once"] == s["expected"] and s["statuses"] == {"ok": s["expected"]} for s in sides
+    )
     assert chaos["totals"]["overlapping_trials"] == 0  # the two sweeps queued per GPU
