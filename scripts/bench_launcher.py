@@ -161,6 +161,7 @@ def _row(*cells: object) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run every way on each grid asked for and print its figures, then the 4-GPU speed-up."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grids", choices=("cpu", "device", "both"), default="both")
     parser.add_argument(

@@ -48,6 +48,7 @@ def time_per_call_us(call: Callable[[int], object], calls: int, rounds: int) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Time each call on a fresh one-GPU sim machine; print the median per call in microseconds."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="rounds per call (median reported)")
     parser.add_argument("--calls", type=int, default=2000, help="calls per round")

@@ -60,6 +60,7 @@ def plain(results: list[AnchorResult]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Print every anchor beside the sim's figure; exit status 1 if one is out of its range."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args(argv)

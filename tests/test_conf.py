@@ -8,7 +8,10 @@ from orchestrator.config import CONF_DIR, compose, validate_static
 from orchestrator.errors import UserError
 
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
-GROUPS = {g: sorted(p.stem for p in (CONF_DIR / g).glob("*.yaml")) for g in ("device", "workload", "framework", "measure")}
+GROUPS = {
+    g: sorted(p.stem for p in (CONF_DIR / g).glob("*.yaml"))
+    for g in ("device", "workload", "framework", "measure")
+}
 
 
 def test_the_root_config_defaults_to_the_simulated_gpu():

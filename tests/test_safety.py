@@ -19,20 +19,21 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support import DVFS, REPO
 
 from orchestrator.devices import open_backend
 from orchestrator.errors import UserError
 from orchestrator.policy import load_policy
 from orchestrator.store import ResultStore
 
-from support import DVFS, REPO
-
 QUICK = ["workload.size=tiny", "measure=quick", "measure.settle_s=0"]
 
 
 def dvfs(tmp_path, *args):
     env = dict(os.environ, DVFS_SIM_STATE_DIR=str(tmp_path / "sim"))
-    return subprocess.run([*DVFS, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [*DVFS, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+    )
 
 
 def one_line_exit_2(out, *words):
@@ -51,7 +52,9 @@ def sim_gpu(tmp_path):
 
 
 def power_limit_w(tmp_path):
-    with open_backend({"backend": "sim", "state_dir": str(tmp_path / "sim")}, join_existing=True) as b:
+    with open_backend(
+        {"backend": "sim", "state_dir": str(tmp_path / "sim")}, join_existing=True
+    ) as b:
         return b.device(0).settings().power_limit_w
 
 
@@ -79,7 +82,9 @@ def test_a_corrupt_store_stops_dvfs_sweep_and_is_left_as_it_was(tmp_path, corrup
     store.parent.mkdir()
     corrupt(store)
     before = store.read_bytes()
-    out = dvfs(tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}", "device.power_limit_w=250")
+    out = dvfs(
+        tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}", "device.power_limit_w=250"
+    )
     one_line_exit_2(out, str(store))
     assert store.read_bytes() == before
     assert not list((tmp_path / "sim" / "journal").glob("*.json"))
@@ -91,8 +96,8 @@ def test_a_corrupt_store_stops_a_multirun_and_is_left_as_it_was(tmp_path):
     store.parent.mkdir()
     _header_then_garbage(store)
     before = store.read_bytes()
-    out = dvfs(tmp_path, "sweep", "-m", "hydra/launcher=basic", *QUICK, f"hydra.sweep.dir={tmp_path / 'sweep'}",
-               "device.sm_clock_mhz=1200,1305")
+    out = dvfs(tmp_path, "sweep", "-m", "hydra/launcher=basic", *QUICK,
+               f"hydra.sweep.dir={tmp_path / 'sweep'}", "device.sm_clock_mhz=1200,1305")
     one_line_exit_2(out, str(store))
     assert store.read_bytes() == before
 
@@ -126,9 +131,13 @@ JOURNAL_CORRUPTIONS = {
     "truncated": b'{"version": 1, "uuid": "GPU-',
     "not_utf8": b"\xff\xfe\x00garbage",
     "a_list": b"[1, 2, 3]",
-    "changed_not_a_list": json.dumps({"version": 1, "changed": "power_limit", "original": {}}).encode(),
+    "changed_not_a_list": json.dumps(
+        {"version": 1, "changed": "power_limit", "original": {}}
+    ).encode(),
     "unknown_setting": json.dumps({"version": 1, "changed": ["voltage"], "original": {}}).encode(),
-    "original_not_a_dict": json.dumps({"version": 1, "changed": ["power_limit"], "original": 5}).encode(),
+    "original_not_a_dict": json.dumps(
+        {"version": 1, "changed": ["power_limit"], "original": 5}
+    ).encode(),
 }
 
 
@@ -143,14 +152,17 @@ def test_a_corrupt_journal_entry_stops_dvfs_restore_and_is_left_as_it_was(tmp_pa
     assert entry.read_bytes() == content
 
 
-@pytest.mark.parametrize("content", [JOURNAL_CORRUPTIONS["truncated"], JOURNAL_CORRUPTIONS["a_list"]],
+@pytest.mark.parametrize("content",
+                         [JOURNAL_CORRUPTIONS["truncated"], JOURNAL_CORRUPTIONS["a_list"]],
                          ids=["truncated", "a_list"])
 def test_a_corrupt_journal_entry_stops_a_new_sweep_on_that_gpu(tmp_path, content):
     uuid, journal = sim_gpu(tmp_path)
     entry = journal / f"{uuid}.json"
     journal.mkdir(parents=True, exist_ok=True)
     entry.write_bytes(content)
-    out = dvfs(tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}", "device.power_limit_w=250")
+    out = dvfs(
+        tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}", "device.power_limit_w=250"
+    )
     one_line_exit_2(out, str(entry), "corrupt")
     assert entry.read_bytes() == content
     assert power_limit_w(tmp_path) == 400
@@ -200,15 +212,16 @@ def test_a_policy_file_owned_by_someone_else_is_refused(policy):
 
 def test_a_loose_policy_file_stops_dvfs_sweep_before_any_setting(tmp_path, policy):
     policy.chmod(0o666)
-    out = dvfs(tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}", f"device.policy_file={policy}",
-               "device.power_limit_w=250")
+    out = dvfs(tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}",
+               f"device.policy_file={policy}", "device.power_limit_w=250")
     one_line_exit_2(out, "writable by others")
     assert power_limit_w(tmp_path) == 400
 
 
 def test_a_setting_outside_the_policy_is_refused_even_as_root(tmp_path, policy):
     # The tests run as root here: root may set anything the driver allows, the policy still binds.
-    out = dvfs(tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}", f"device.policy_file={policy}",
+    out = dvfs(tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}",
+               f"device.policy_file={policy}",
                "device.power_limit_w=350")  # the A100 allows 100-400 W; the policy 150-300 W
     one_line_exit_2(out, "power limit 350 W is outside the policy's allowed range 150-300 W")
     assert power_limit_w(tmp_path) == 400
@@ -217,7 +230,9 @@ def test_a_setting_outside_the_policy_is_refused_even_as_root(tmp_path, policy):
 
 
 # --- nothing is unpickled ----------------------------------------------------------------------
-UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "shelve", "marshal", "jsonpickle"}
+UNSAFE_MODULES = {
+    "pickle", "cPickle", "_pickle", "dill", "cloudpickle", "shelve", "marshal", "jsonpickle"
+}
 SAFE_YAML_LOADERS = {"SafeLoader", "CSafeLoader", "BaseLoader", "CBaseLoader"}
 
 
@@ -225,18 +240,23 @@ def _unsafe_calls(tree: ast.AST) -> list[str]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [f"import {a.name}" for a in node.names if a.name.split(".")[0] in UNSAFE_MODULES]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in UNSAFE_MODULES:
+            found += [
+                f"import {a.name}" for a in node.names if a.name.split(".")[0] in UNSAFE_MODULES
+            ]
+        elif (isinstance(node, ast.ImportFrom)
+              and (node.module or "").split(".")[0] in UNSAFE_MODULES):
             found.append(f"from {node.module} import ...")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             owner = node.func.value.id if isinstance(node.func.value, ast.Name) else ""
             name = node.func.attr
             keywords = {k.arg: k.value for k in node.keywords}
-            if name in ("read_pickle", "unsafe_load", "full_load", "load_all") and owner in ("pd", "pandas", "yaml"):
+            if (name in ("read_pickle", "unsafe_load", "full_load", "load_all")
+                    and owner in ("pd", "pandas", "yaml")):
                 found.append(f"{owner}.{name}(...)")
             elif owner in ("np", "numpy") and name == "load":
                 flag = keywords.get("allow_pickle")
-                if isinstance(flag, ast.Constant) and flag.value is not False or (flag is not None and not isinstance(flag, ast.Constant)):
+                if (isinstance(flag, ast.Constant) and flag.value is not False
+                        or (flag is not None and not isinstance(flag, ast.Constant))):
                     found.append("np.load(allow_pickle=...)")
             elif owner == "yaml" and name == "load":
                 loader = keywords.get("Loader", node.args[1] if len(node.args) > 1 else None)

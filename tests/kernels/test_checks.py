@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from kernel_testing import exponent_msb, flip_bit
+
 from kernels import CheckResult, Verdict, check_outputs, output_digest
 
 RNG = np.random.default_rng(1234)

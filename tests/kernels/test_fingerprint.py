@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels import build_kernel, fingerprint_hex, numpy_fingerprint
-from kernels.frameworks import numpy_dtype
 from kernels.fingerprint import jax_fingerprint, tf_fingerprint
+from kernels.frameworks import numpy_dtype
 
 DTYPES = ("float32", "bfloat16")  # every dtype a kernel takes (kernels/spec.py)
 

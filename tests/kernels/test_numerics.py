@@ -11,8 +11,8 @@ import zlib
 
 import numpy as np
 import pytest
-
 from kernel_testing import exponent_msb, flip_bit
+
 from kernels import (
     Verdict,
     build_kernel,
@@ -22,7 +22,6 @@ from kernels import (
     output_digest,
     tolerance_for,
 )
-
 
 FRAMEWORK_MODES = (("jax", False), ("tensorflow", False), ("tensorflow", True))
 

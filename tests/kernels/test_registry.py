@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kernels import KernelCache, WorkCounts, get_spec, list_workloads
-from kernels.registry import KernelOptionError, UnknownKernelError, build_kernel
 from kernels.checks import FP32_TOLERANCE, tolerance_for
+from kernels.registry import KernelOptionError, UnknownKernelError, build_kernel
 
 NAMES = ("stencil", "gemm", "selu", "conv3d", "mlp_train", "hessian")
 

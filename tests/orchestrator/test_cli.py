@@ -8,15 +8,14 @@ import subprocess
 import sys
 
 import pytest
-
 from support import DVFS, REPO
-
-
 
 
 def run(tmp_path, *args):
     env = dict(os.environ, DVFS_SIM_STATE_DIR=str(tmp_path / "sim"))
-    return subprocess.run([*DVFS, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [*DVFS, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["devices", "--json"], ["report", "--help"]])
@@ -29,7 +28,10 @@ def test_light_commands_import_neither_jax_tensorflow_nor_ray(tmp_path, argv):
         "print('HEAVY=' + ','.join(heavy))\n"
     )
     env = dict(os.environ, DVFS_SIM_STATE_DIR=str(tmp_path / "sim"))
-    out = subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )
     assert "HEAVY=\n" in out.stdout, out.stdout + out.stderr
 
 

@@ -11,12 +11,11 @@ import threading
 import time
 
 import pytest
+from support import DVFS
 
 from orchestrator import config as C
 from orchestrator.errors import UserError
 from orchestrator.store import ResultStore
-
-from support import DVFS
 
 QUICK = ["workload=stencil", "workload.size=tiny", "measure=quick", "measure.settle_s=0"]
 

@@ -10,20 +10,28 @@ import sys
 import textwrap
 
 import pytest
+from support import DVFS, REPO
 
 from orchestrator.devices import open_backend
-from orchestrator.errors import DeviceBusyError, InvalidSettingError, PolicyViolationError, UnrestoredDeviceError, UserError
+from orchestrator.devices.base import KernelWork
+from orchestrator.errors import (
+    DeviceBusyError,
+    InvalidSettingError,
+    PolicyViolationError,
+    UnrestoredDeviceError,
+    UserError,
+)
 from orchestrator.guard import Policy, SettingsGuard, SettingsRequest
 from orchestrator.journal import Journal, restore_journal
 
-from support import DVFS, REPO
-from orchestrator.devices.base import KernelWork
-
-GEMM = KernelWork(flops=3 * 2**28, bytes_moved=8 * 2**28, peak="fp32", kernel_class="stencil")  # memory-bound: never capped at 400 W
+# memory-bound: never capped at 400 W
+GEMM = KernelWork(flops=3 * 2**28, bytes_moved=8 * 2**28, peak="fp32", kernel_class="stencil")
 
 
 def backend(state):
-    return open_backend({"backend": "sim", "state_dir": str(state), "profile": "a100_sxm4_40gb", "count": 2})
+    return open_backend(
+        {"backend": "sim", "state_dir": str(state), "profile": "a100_sxm4_40gb", "count": 2}
+    )
 
 
 def device_state(state, index=0):
@@ -33,7 +41,11 @@ def device_state(state, index=0):
         s = d.settings()
         d.on_kernel_call(GEMM)  # NVML cannot read locked clocks back: observe the clock instead
         clock = d.sm_clock_mhz()
-        return {"power_limit_w": s.power_limit_w, "offset": s.clock_offset_mhz, "locked": None if clock == 1410 else clock}
+        return {
+            "power_limit_w": s.power_limit_w,
+            "offset": s.clock_offset_mhz,
+            "locked": None if clock == 1410 else clock,
+        }
 
 
 @pytest.fixture
@@ -45,13 +57,19 @@ def test_apply_then_exit_restores_the_device_and_clears_the_journal(state, tmp_p
     journal = Journal(tmp_path / "journal")
     before = device_state(state)
     with backend(state) as b, SettingsGuard(b.device(0), journal) as guard:
-        guard.apply(SettingsRequest(sm_clock_mhz=(900, 900), power_limit_w=250, clock_offset_mhz=100))
+        guard.apply(
+            SettingsRequest(sm_clock_mhz=(900, 900), power_limit_w=250, clock_offset_mhz=100)
+        )
         entry = json.loads(journal.entry_path(b.device(0).identity.uuid).read_text())
         assert entry["original"]["power_limit_w"] == 400
         assert entry["changed"] == ["clock_offset", "power_limit", "sm_clock"]
         assert entry["pid"] == os.getpid()
         during = device_state(state)
-        assert during["power_limit_w"] == 250 and during["offset"] == 100 and during["locked"] is not None
+        assert (
+            during["power_limit_w"] == 250
+            and during["offset"] == 100
+            and during["locked"] is not None
+        )
     assert device_state(state) == before
     assert journal.uuids() == []
 
@@ -69,7 +87,11 @@ def test_a_new_request_resets_what_the_previous_one_changed(state, tmp_path):
 
 def test_an_exception_inside_the_guard_still_restores(state, tmp_path):
     before = device_state(state)
-    with pytest.raises(RuntimeError), backend(state) as b, SettingsGuard(b.device(0), Journal(tmp_path / "j")) as guard:
+    with (
+        pytest.raises(RuntimeError),
+        backend(state) as b,
+        SettingsGuard(b.device(0), Journal(tmp_path / "j")) as guard,
+    ):
         guard.apply(SettingsRequest(power_limit_w=200))
         raise RuntimeError("kernel blew up")
     assert device_state(state) == before
@@ -78,14 +100,24 @@ def test_an_exception_inside_the_guard_still_restores(state, tmp_path):
 @pytest.mark.parametrize(
     "request_, error, message",
     [
-        (SettingsRequest(sm_clock_mhz=(99999, 99999)), InvalidSettingError, "99999 MHz is not supported.*210-1410 MHz in 15 MHz steps"),
+        (
+            SettingsRequest(sm_clock_mhz=(99999, 99999)),
+            InvalidSettingError,
+            "99999 MHz is not supported.*210-1410 MHz in 15 MHz steps",
+        ),
         (SettingsRequest(sm_clock_mhz=(1001, 1001)), InvalidSettingError, "e.g. 990 or 1005"),
-        (SettingsRequest(power_limit_w=1000), InvalidSettingError, "1000 W is out of range.*100-400 W"),
+        (
+            SettingsRequest(power_limit_w=1000),
+            InvalidSettingError,
+            "1000 W is out of range.*100-400 W",
+        ),
         (SettingsRequest(clock_offset_mhz=5000), InvalidSettingError, "out of range"),
         (SettingsRequest(mem_clock_mhz=5), InvalidSettingError, "supported: 1215 MHz"),
     ],
 )
-def test_bad_values_are_refused_before_the_device_is_touched(state, tmp_path, request_, error, message):
+def test_bad_values_are_refused_before_the_device_is_touched(
+    state, tmp_path, request_, error, message
+):
     before = device_state(state)
     journal = Journal(tmp_path / "j")
     with backend(state) as b, SettingsGuard(b.device(0), journal) as guard:
@@ -98,7 +130,10 @@ def test_bad_values_are_refused_before_the_device_is_touched(state, tmp_path, re
 def test_the_policy_narrows_the_device_range(state, tmp_path):
     policy = Policy(sm_clock_range_mhz=(900, 1410), power_range_w=(300, 400))
     with backend(state) as b, SettingsGuard(b.device(0), Journal(tmp_path / "j"), policy) as guard:
-        with pytest.raises(PolicyViolationError, match="SM clock 510 MHz is outside the policy's allowed range 900-1410"):
+        with pytest.raises(
+            PolicyViolationError,
+            match="SM clock 510 MHz is outside the policy's allowed range 900-1410",
+        ):
             guard.apply(SettingsRequest(sm_clock_mhz=(510, 510)))
         with pytest.raises(PolicyViolationError, match="power limit 200 W"):
             guard.apply(SettingsRequest(power_limit_w=200))
@@ -108,7 +143,10 @@ def test_the_policy_narrows_the_device_range(state, tmp_path):
 
 def test_observe_only_changes_nothing_and_refuses_a_setting(state, tmp_path):
     before = device_state(state)
-    with backend(state) as b, SettingsGuard(b.device(0), Journal(tmp_path / "j"), observe_only=True) as guard:
+    with (
+        backend(state) as b,
+        SettingsGuard(b.device(0), Journal(tmp_path / "j"), observe_only=True) as guard,
+    ):
         guard.apply(SettingsRequest())
         with pytest.raises(UserError, match="observe_only"):
             guard.apply(SettingsRequest(sm_clock_mhz=(900, 900)))
@@ -122,7 +160,8 @@ HOLDER = textwrap.dedent(
     from orchestrator.guard import SettingsGuard, SettingsRequest
     from orchestrator.journal import Journal
     state, journal = sys.argv[1], sys.argv[2]
-    b = open_backend({"backend": "sim", "state_dir": state, "profile": "a100_sxm4_40gb", "count": 2})
+    b = open_backend("""
+    """{"backend": "sim", "state_dir": state, "profile": "a100_sxm4_40gb", "count": 2})
     g = SettingsGuard(b.device(0), Journal(journal)).__enter__()
     g.apply(SettingsRequest(sm_clock_mhz=(510, 510), power_limit_w=150))
     print("applied", flush=True)
@@ -133,7 +172,10 @@ HOLDER = textwrap.dedent(
 
 def start_holder(state, journal):
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(state), str(journal)], cwd=REPO, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLDER, str(state), str(journal)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout.readline().strip() == "applied"
     return proc
@@ -164,7 +206,9 @@ def test_sigkill_leaves_a_journal_that_dvfs_restore_undoes(state, tmp_path):
         with pytest.raises(UnrestoredDeviceError, match="dvfs restore"):
             SettingsGuard(b.device(0), Journal(journal)).__enter__()
     env = dict(os.environ, DVFS_SIM_STATE_DIR=str(state), DVFS_JOURNAL_DIR=str(journal))
-    out = subprocess.run([*DVFS, "restore"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [*DVFS, "restore"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert "restored power_limit, sm_clock" in out.stdout
     assert "restored 1 device(s)" in out.stdout

@@ -15,9 +15,9 @@ import pytest
 
 from orchestrator.devices import open_backend
 from orchestrator.devices.base import KernelWork, PowerSensing
-from orchestrator.devices.sim_device import SimBackend
 from orchestrator.devices.sim import nvml as sim
 from orchestrator.devices.sim.profile import load_profile
+from orchestrator.devices.sim_device import SimBackend
 from orchestrator.errors import UserError
 from orchestrator.meter import EnergyMeter, Sample, integrate_readings_j
 

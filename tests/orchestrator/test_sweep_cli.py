@@ -8,10 +8,9 @@ import subprocess
 import time
 
 import pytest
+from support import DVFS
 
 from orchestrator.store import ResultStore
-
-from support import DVFS
 
 QUICK = ["workload.size=tiny", "measure=quick", "measure.settle_s=0"]
 
@@ -21,11 +20,20 @@ def env_for(tmp_path):
 
 
 def dvfs(tmp_path, *args, timeout=300):
-    return subprocess.run([*DVFS, *args], cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*DVFS, *args],
+        cwd=tmp_path,
+        env=env_for(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_a_plain_sweep_runs_one_trial_and_prints_a_summary(tmp_path):
-    out = dvfs(tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}", "device.sm_clock_mhz=1200")
+    out = dvfs(
+        tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}", "device.sm_clock_mhz=1200"
+    )
     assert out.returncode == 0, out.stderr
     assert "gemm/jax float32 [sm=1200 MHz] #0: ok" in out.stdout
     with ResultStore(tmp_path / "run", readonly=True) as store:
@@ -37,8 +45,15 @@ def test_a_plain_sweep_runs_one_trial_and_prints_a_summary(tmp_path):
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("device.sm_clock_mhz=99999", "SM clock 99999 MHz is not supported by NVIDIA A100-SXM4-40GB; supported: 210-1410 MHz"),
-        ("device.power_limit_w=5000", "power limit 5000 W is out of range for NVIDIA A100-SXM4-40GB: 100-400 W"),
+        (
+            "device.sm_clock_mhz=99999",
+            "SM clock 99999 MHz is not supported by NVIDIA A100-SXM4-40GB; "
+            "supported: 210-1410 MHz",
+        ),
+        (
+            "device.power_limit_w=5000",
+            "power limit 5000 W is out of range for NVIDIA A100-SXM4-40GB: 100-400 W",
+        ),
         ("workload=nope", "Could not find 'workload/nope'"),
         ("workload.name=nope", "unknown workload 'nope'"),
         ("measure.window_s=-1", "measure.window_s=-1.0 must be greater than 0"),
@@ -48,7 +63,9 @@ def test_a_plain_sweep_runs_one_trial_and_prints_a_summary(tmp_path):
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_touches_no_device(tmp_path, override, message):
-    out = dvfs(tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}", override, timeout=120)
+    out = dvfs(
+        tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}", override, timeout=120
+    )
     assert out.returncode == 2, (out.stdout, out.stderr)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
@@ -80,7 +97,13 @@ def wait_for_rows(sweep_dir, n, proc, timeout_s=240):
 def test_a_sweep_killed_midway_resumes_into_the_same_directory(tmp_path):
     sweep_dir = tmp_path / "sweep"
     args = [*DVFS, *GRID, f"hydra.sweep.dir={sweep_dir}"]
-    proc = subprocess.Popen(args, cwd=tmp_path, env=env_for(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        args,
+        cwd=tmp_path,
+        env=env_for(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     wait_for_rows(sweep_dir, 4, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -91,7 +114,9 @@ def test_a_sweep_killed_midway_resumes_into_the_same_directory(tmp_path):
 
     restore = dvfs(tmp_path, "restore")
     assert restore.returncode == 0, restore.stderr
-    rerun = subprocess.run(args, cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(
+        args, cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True, timeout=300
+    )
     assert rerun.returncode == 0, rerun.stderr
     assert rerun.stdout.count("already stored") == len(first)
     with ResultStore(sweep_dir, readonly=True) as store:

@@ -9,6 +9,7 @@ from orchestrator.jobs import JobSpec
 from orchestrator.rows import objective
 from orchestrator.trial import run_trial
 
+
 def test_counter_energy_equals_model_power_times_time(run):
     rows, _ = run("measure.window_s=10", "device.energy_update_period_s=0.02")
     (row,) = rows
@@ -21,7 +22,9 @@ def test_counter_energy_equals_model_power_times_time(run):
 
 
 def test_polling_at_20_hz_is_within_3_percent_over_2_s(run):
-    rows, _ = run("measure.window_s=2", "measure.meter=polling", "measure.poll_hz=20", "workload=stencil")
+    rows, _ = run(
+        "measure.window_s=2", "measure.meter=polling", "measure.poll_hz=20", "workload=stencil"
+    )
     (row,) = rows
     assert row["meter"] == "polling"
     assert row["energy_j"] == pytest.approx(row["peak_power_w"] * row["time_s"], rel=0.03)
@@ -55,7 +58,9 @@ def test_a_kernel_that_raises_is_a_crash_row_and_the_device_is_restored(run):
 
     rows, ctx = run("device.power_limit_w=250", "measure.repeats=2")
     ctx.kernels = Exploding()
-    cfg = compose(["workload.size=tiny", "measure=quick", "device.power_limit_w=250", "measure.repeats=2"])
+    cfg = compose(
+        ["workload.size=tiny", "measure=quick", "device.power_limit_w=250", "measure.repeats=2"]
+    )
     crashed = run_trial(ctx, JobSpec.from_config(cfg))
     assert [r["status"] for r in crashed] == ["crash", "crash"]
     assert "CUDA_ERROR_ILLEGAL_ADDRESS" in crashed[0]["error"]

@@ -17,7 +17,6 @@ import sys
 import textwrap
 
 import pytest
-
 from support import REPO
 
 SCRIPT = REPO / "scripts" / "gpu_check.py"
