@@ -1,0 +1,201 @@
+"""The house's floors hold: imports point down, rooms keep their private names, rooms stay small.
+
+``docs/architecture.md`` draws the floors; :data:`FLOORS` is the same table, and these tests read
+every module's imports (``ast``, nothing is imported) to check that
+
+- a room imports only rooms on its own floor or below, and no two rooms import each other in a
+  circle (imports under ``if TYPE_CHECKING:`` are annotations, not dependencies, and are left out);
+- no module imports a private name (``_name``) from another module, reaches into another module's
+  private attribute, or imports a private module (``_name.py``) from outside its own package;
+- no module of the packages is over 500 lines, and no function over 60 (the declarative tables
+  named in :data:`LONG_TABLES` excepted).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("orchestrator", "kernels", "analysis", "hydra_plugins")
+
+FLOORS: dict[int, tuple[str, ...]] = {
+    1: ("orchestrator", "orchestrator.errors", "orchestrator.provenance", "orchestrator.config",
+        "orchestrator.devices", "kernels", "orchestrator.store", "orchestrator.store_sqlite",
+        "orchestrator.store_values", "orchestrator.progress", "orchestrator.interrupt"),
+    2: ("orchestrator.guard", "orchestrator.policy", "orchestrator.journal", "orchestrator.meter",
+        "orchestrator.inject", "orchestrator.sweep_lock", "orchestrator.window"),
+    3: ("orchestrator.jobs", "orchestrator.rows", "analysis", "orchestrator.search"),
+    4: ("orchestrator.trial", "orchestrator.session"),
+    5: ("orchestrator.worker", "orchestrator.app"),
+    6: ("orchestrator.slot", "orchestrator.pool", "orchestrator.supervisor", "orchestrator.launch"),
+    7: ("orchestrator.cli", "hydra_plugins"),
+}
+"""Floor -> rooms, bottom up: the table of ``docs/architecture.md``."""
+FLOOR_OF = {room: floor for floor, rooms in FLOORS.items() for room in rooms}
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+LONG_TABLES: frozenset[str] = frozenset()
+"""``module:function`` of declarative tables allowed past :data:`MAX_FUNCTION_LINES`."""
+
+
+def module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def package_files() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def room_of(module: str) -> str:
+    """The room a module lives in: a package of ``orchestrator`` counts as one room."""
+    parts = module.split(".")
+    if parts[0] != "orchestrator":
+        return parts[0]
+    return ".".join(parts[:2])
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the nodes under ``if TYPE_CHECKING:``."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return skip
+
+
+def imports_of(path: Path) -> list[tuple[int, str, str | None]]:
+    """(line, module, imported name or None) of each import of ours, annotations left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _type_checking_nodes(tree)
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] in PACKAGES:
+                found += [(node.lineno, node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, None) for a in node.names
+                      if a.name.split(".")[0] in PACKAGES]
+    return found
+
+
+def room_edges() -> dict[str, dict[str, str]]:
+    """room -> {room it imports: where (file:line)}."""
+    edges: dict[str, dict[str, str]] = defaultdict(dict)
+    for path in package_files():
+        src = room_of(module_name(path))
+        for line, module, name in imports_of(path):
+            target = module if name is None else f"{module}.{name}"
+            dst = room_of(target if (ROOT / Path(*target.split("."))).exists()
+                          or (ROOT / Path(*target.split("."))).with_suffix(".py").exists()
+                          else module)
+            if dst != src:
+                edges[src].setdefault(dst, f"{path.relative_to(ROOT)}:{line}")
+    return edges
+
+
+def test_every_room_of_the_packages_is_on_a_floor():
+    rooms = {room_of(module_name(p)) for p in package_files()}
+    assert sorted(rooms - set(FLOOR_OF)) == []
+    assert sorted(set(FLOOR_OF) - rooms) == []
+
+
+def test_imports_point_down_or_along_a_floor():
+    upward = [f"{where}: {src} (floor {FLOOR_OF[src]}) imports {dst} (floor {FLOOR_OF[dst]})"
+              for src, targets in room_edges().items() for dst, where in targets.items()
+              if FLOOR_OF[dst] > FLOOR_OF[src]]
+    assert upward == []
+
+
+def test_no_two_rooms_import_each_other_in_a_circle():
+    edges = room_edges()
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(room: str, stack: list[str]) -> None:
+        state[room] = 1
+        for nxt in edges.get(room, {}):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[room] = 2
+
+    for room in sorted(edges):
+        if room not in state:
+            visit(room, [room])
+    assert cycles == []
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_reaches(path: Path, module: str | None = None) -> list[str]:
+    """Each place ``path`` (the module ``module``) uses another module's private names."""
+    module = module or module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found, modules_bound = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] in PACKAGES:
+            owner = node.module.rpartition(".")[0]
+            if any(_private(p) for p in node.module.split(".")) and owner != package:
+                found.append(f"{node.lineno}: imports the private module {node.module}")
+            for a in node.names:
+                if _private(a.name):
+                    found.append(f"{node.lineno}: imports {a.name} from {node.module}")
+                modules_bound.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in PACKAGES:
+                    modules_bound.add((a.asname or a.name).split(".")[0])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr) \
+                and isinstance(node.value, ast.Name) and node.value.id in modules_bound:
+            found.append(f"{node.lineno}: reaches into {node.value.id}.{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("top", [*PACKAGES, "scripts"])
+def test_no_module_uses_another_modules_private_names(top):
+    files = sorted((ROOT / top).rglob("*.py"))
+    found = [f"{p.relative_to(ROOT)}:{line}" for p in files for line in private_reaches(p)]
+    assert found == []
+
+
+def test_private_reaches_are_seen_when_there(tmp_path):
+    # The checker itself: an import of a private name, a private attribute and a private module
+    # from another package are each found; the same package's private module is not.
+    probe = tmp_path / "probe.py"
+    probe.write_text("from orchestrator.rows import _hidden\nimport orchestrator.rows as r\n"
+                     "r._secret\nfrom analysis._frame import OK\n"
+                     "from orchestrator.devices.sim._x import y\n")
+    found = private_reaches(probe, "analysis.probe")
+    assert [f.split(":")[0] for f in found] == ["1", "5", "3"]
+
+
+def test_no_module_is_over_the_room_size():
+    long = {str(p.relative_to(ROOT)): n for p in package_files()
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
+
+
+def test_no_function_is_over_a_screen():
+    long = []
+    for path in package_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                name = f"{module_name(path)}:{node.name}"
+                if n > MAX_FUNCTION_LINES and name not in LONG_TABLES:
+                    long.append(f"{name} ({n} lines)")
+    assert long == []
