@@ -37,7 +37,7 @@ SETTING_COLUMNS: list[str] = [
 OK = "ok"
 FAILURE_STATUSES = ("wrong", "nondeterministic", "crash", "timeout", "device_error")
 # Most severe first: the status a setting gets when its repeats disagree.
-_SEVERITY = ("crash", "timeout", "device_error", "wrong", "nondeterministic", OK)
+_SEVERITY = ("crash", "timeout", "device_error", "wrong", "nondeterministic", "not_measured", OK)
 
 
 def require_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:

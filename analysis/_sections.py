@@ -32,6 +32,8 @@ from analysis._tables import (
 from analysis.compare import compare
 from orchestrator.errors import UserError
 
+NOT_MEASURED = "not_measured"
+
 
 @dataclass(frozen=True)
 class ReportData:
@@ -136,9 +138,11 @@ def header(doc: Doc, d: ReportData) -> None:
     for line in sim_provenance(d.df):
         doc.p(line)
     n_ok = int((d.df["status"] == OK).sum())
-    doc.p(f"Read {len(d.df)} trials ({n_ok} ok) from {len(d.stores)} store(s) at {now}. A sweep "
-          "that is still running may have added trials since: run the report again to include "
-          "them.")
+    n_nm = int((d.df["status"] == NOT_MEASURED).sum())
+    unmeasured = f", {n_nm} not measured" if n_nm else ""
+    doc.p(f"Read {len(d.df)} trials ({n_ok} ok{unmeasured}; each trial's latest attempt) from "
+          f"{len(d.stores)} store(s) at {now}. A sweep that is still running may have added "
+          "trials since: run the report again to include them.")
     doc.items([f"{s['sweep_dir']}: {s['rows']} trials" for s in d.stores])
 
 
@@ -231,10 +235,29 @@ def comparisons(doc: Doc, d: ReportData) -> None:
         doc.table(table.rename(columns=READABLE))
 
 
+def not_measured(doc: Doc, d: ReportData) -> None:
+    """The trials that measured nothing (their GPU was unhealthy, their worker was killed from
+    outside): no result, no failure, listed apart; absent when there are none."""
+    rows = d.df[d.df["status"] == NOT_MEASURED]
+    if not len(rows):
+        return
+    doc.h(2, "Not measured")
+    doc.p(f"{len(rows)} trial row(s) measured nothing, because of the circumstances and not the "
+          "setting: they are neither results nor failures, and are left out of the fronts, the "
+          "recommendations and the thresholds. Running the same command again measures them "
+          "(hydra.launcher.retry=not_measured, the default), as a new attempt beside these.")
+    shown = rows.assign(error=[(str(e)[:160] if not is_missing(e) else None)
+                               for e in rows["error"]])
+    doc.table(display(shown, ["workload", "framework", "device_name", "device_uuid",
+                              "sm_clock_max_mhz", "power_limit_w", "repeat", "attempt", "error",
+                              "trial_key"]).rename(columns=READABLE))
+
+
 def failures(doc: Doc, d: ReportData) -> None:
     """The failed and invalid trials, counted by reason, and what was kept off the fronts."""
     doc.h(2, "Failed and invalid trials")
-    bad = d.df[(d.df["status"] != OK) | ~truthy(d.df["valid"])]
+    bad = d.df[((d.df["status"] != OK) | ~truthy(d.df["valid"]))
+               & (d.df["status"] != NOT_MEASURED)]
     if not len(bad):
         doc.p("None.")
         return
@@ -243,8 +266,8 @@ def failures(doc: Doc, d: ReportData) -> None:
     doc.items([f"{n} x {reason}" for reason, n in pd.Series(why).value_counts().items()])
     shown = bad.assign(error=[(str(e)[:120] if not is_missing(e) else None) for e in bad["error"]])
     doc.table(display(shown, ["workload", "framework", "device_name", "sm_clock_max_mhz",
-                              "power_limit_w", "repeat", "status", "valid", "invalid_reason",
-                              "error", "trial_key"]).rename(columns=READABLE))
+                              "power_limit_w", "repeat", "status", "failed_by", "valid",
+                              "invalid_reason", "error", "trial_key"]).rename(columns=READABLE))
     excluded = d.front[~d.front["front_excluded_reason"].isna()]
     doc.p(f"{len(excluded)} of {len(d.front)} settings were kept out of the Pareto fronts "
           "(front.csv says why for each).")
@@ -284,8 +307,8 @@ def versions(doc: Doc, d: ReportData) -> None:
 
 
 SECTIONS: tuple[Callable[[Doc, ReportData], None], ...] = (
-    header, summary, recommendations, stability, comparisons, failures, configuration, devices,
-    versions,
+    header, summary, recommendations, stability, comparisons, failures, not_measured,
+    configuration, devices, versions,
 )
 """The report's sections, in reading order."""
 

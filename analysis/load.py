@@ -5,6 +5,10 @@ One row of the frame is one trial (one repeat of one setting), exactly as the tr
 even when no row had it (filled with missing values), so the analysis functions can rely on it.
 Stores are opened read-only, so a sweep that is still running can be read: the frame holds every
 trial committed so far.
+
+A trial run again (a re-run of one stored as not measured) is stored as a new attempt beside the
+old; by default the frame holds each trial's latest attempt (:func:`latest_attempts`), and a
+not-measured trial that its job measured since on another GPU is left out too.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.errors import UserError
+from orchestrator.rows import failed_by
 from orchestrator.store import (
     STORE_FILENAME,
     ResultStore,
@@ -27,7 +32,8 @@ from orchestrator.store import (
 
 ROW_COLUMNS: list[str] = [
     # identity
-    "schema_version", "sweep_id", "trial_key", "repeat", "host", "started_at", "ended_at",
+    "schema_version", "sweep_id", "trial_key", "repeat", "attempt", "host", "started_at",
+    "ended_at",
     "device_index", "device_uuid", "device_name", "driver_version", "backend", "framework",
     "framework_version", "workload", "size", "dtype", "precision",
     # settings asked (None: the device's default)
@@ -39,8 +45,8 @@ ROW_COLUMNS: list[str] = [
     "iterations", "time_s", "time_per_iter_s", "throughput", "tflops", "gbps", "energy_j",
     "energy_per_iter_j", "energy_per_tflop_j", "energy_per_gb_j",
     # checks
-    "rel_error", "max_abs_error", "nonfinite_count", "determinism_mismatches", "status", "error",
-    "digest", "checked_iters", "check_time_s",
+    "rel_error", "max_abs_error", "nonfinite_count", "determinism_mismatches", "status",
+    "failed_by", "error", "digest", "checked_iters", "check_time_s",
     # validity
     "valid", "invalid_reason", "meter", "energy_counter_updates", "energy_counter_period_s",
     "window_aligned", "energy_note",
@@ -94,13 +100,17 @@ def store_paths(paths: PathsLike) -> list[Path]:
     return found
 
 
-def load(paths: PathsLike, *, include_invalid: bool = True) -> pd.DataFrame:
+def load(
+    paths: PathsLike, *, include_invalid: bool = True, attempts: str = "latest"
+) -> pd.DataFrame:
     """Loads the trials of one or many stores into one frame.
 
     Args:
         paths: Sweep directories, multirun directories, or store files.
         include_invalid: If False, keep only rows whose ``valid`` is True (this also drops
             crashed trials whose writer marked them invalid).
+        attempts: ``latest`` (each trial's latest attempt, see :func:`latest_attempts`) or
+            ``all`` (every attempt ever stored).
 
     Returns:
         One row per trial, with every row-schema column and ``sweep_dir``.
@@ -127,10 +137,46 @@ def load(paths: PathsLike, *, include_invalid: bool = True) -> pd.DataFrame:
         if c not in df.columns:
             df[c] = pd.Series([None] * len(df), index=df.index, dtype=object)
     df = df[ROW_COLUMNS + extra + ["sweep_dir"]]
+    df = df.assign(  # rows stored before attempts and failed_by existed
+        attempt=[1 if _missing(a) else int(a) for a in df["attempt"]],
+        failed_by=[failed_by(s) if _missing(f) else f
+                   for s, f in zip(df["status"], df["failed_by"])],
+    )
+    if attempts == "latest":
+        df = latest_attempts(df)
+    elif attempts != "all":
+        raise UserError(f"attempts={attempts!r} is not one of: latest, all")
     if not include_invalid:
         keep = [v is True or (isinstance(v, bool) and v) for v in df["valid"].tolist()]
         df = df[keep]
     return df.reset_index(drop=True)
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def latest_attempts(df: pd.DataFrame) -> pd.DataFrame:
+    """Each trial's latest attempt; and no not-measured trial whose job was measured since.
+
+    A trial key's rows of its highest ``attempt`` stand for it. With ``placement=any`` a job run
+    again may land on another GPU (another trial key): its old key's not-measured rows are then
+    dropped too when the same job (``config_hash``) in the same store has a measured row that
+    started later.
+    """
+    if not len(df):
+        return df
+    latest = df.groupby("trial_key", dropna=False)["attempt"].transform("max")
+    df = df[df["attempt"] == latest]
+    not_measured = (df["status"] == "not_measured").to_numpy()
+    if not not_measured.any():
+        return df.reset_index(drop=True)
+    started = pd.to_numeric(df["started_at"], errors="coerce")
+    measured = df[~not_measured].assign(_t=started[~not_measured])
+    last = measured.groupby(["sweep_dir", "config_hash"], dropna=False)["_t"].max()
+    drop = [nm and (sd, ch) in last.index and last[(sd, ch)] > t
+            for nm, sd, ch, t in zip(not_measured, df["sweep_dir"], df["config_hash"], started)]
+    return df[~pd.Series(drop, index=df.index)].reset_index(drop=True)
 
 
 def load_meta(paths: PathsLike) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@ Per GPU (``device_uuid``) and computation (workload, framework, dtype, precision
 clock is either *passing* (at least one trial, every trial ``ok``) or *failing* (at least one
 trial whose status fails the setting, :func:`orchestrator.rows.fails_setting`: wrong,
 nondeterministic, crash, timeout). A ``device_error`` (a lost GPU, an XID, ECC, overheating)
-says the device was unhealthy, not that the clock is unstable: it never counts against a clock.
+says the device was unhealthy, not that the clock is unstable, and a ``not_measured`` trial ran
+nothing: neither ever counts against a clock, nor for it.
 
 - ``stable_value``: the lowest passing clock with no failure at it or anywhere above it: the
   bottom of the stable range, the clock one could set. When the results are monotone it is

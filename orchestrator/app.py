@@ -24,7 +24,7 @@ from typing import Any
 
 from orchestrator.config import CONF_DIR, hydra_user_error, register_configs
 from orchestrator.errors import DvfsError, UserError
-from orchestrator.jobs import JobSpec, record_sweep, stored_trial
+from orchestrator.jobs import JobSpec, record_sweep, resume_trials
 from orchestrator.rows import JobResult, summarise
 from orchestrator.session import GpuSession
 
@@ -101,12 +101,13 @@ def task(cfg: Any, session: GpuSession) -> JobResult:
         raise
     with store:
         record_sweep(store, job)
-        stored = stored_trial(store, job.trial_key(ctx.device.identity.uuid), job.repeats)
-        if stored is not None:
+        key = job.trial_key(ctx.device.identity.uuid)
+        resume = resume_trials(store, [key], job.repeats)[key]  # not-measured trials run again
+        if not resume.run:
             if not job.quiet:
                 print(f"{job.label}: already stored in {job.store_dir} (skipped)")
-            return JobResult.of(stored, job.objective_name)
-        rows = run_trial(ctx, job)
+            return JobResult.of(resume.rows, job.objective_name)
+        rows = run_trial(ctx, job, attempt=resume.attempt)
         for row in rows:
             store.put(row)
     if not job.quiet:

@@ -7,6 +7,7 @@ so that the launcher's failure handling can be exercised on the sim::
     device.inject={exit_process: true, at_call: 2, gpu: 0}  # SIGKILL of the worker (-> `crash`)
     device.inject={raise_error: boom}                       # a kernel that raised (-> `crash`)
     device.inject={lose_gpu: true, at_call: 3, gpu: 2}      # GPU 2 falls off the bus (-> retired)
+    device.inject={pause_s: 60, gpu: 1}                     # a minute before the first call
 
 Keys:
 
@@ -18,8 +19,10 @@ Keys:
   killed by the fault and replaced does not fire it again.
 - one action: ``hang_s`` (sleep this many seconds inside the call), ``exit_process`` (the worker
   sends itself SIGKILL: what a segfault or the OOM killer does), ``raise_error`` (the call raises
-  :class:`InjectedFault` with this message) or ``lose_gpu`` (the simulated GPU falls off the bus
-  inside the call: NVML answers ``GPU_IS_LOST`` until it is brought back).
+  :class:`InjectedFault` with this message), ``lose_gpu`` (the simulated GPU falls off the bus
+  inside the call: NVML answers ``GPU_IS_LOST`` until it is brought back) or ``pause_s`` (the
+  trial waits this many seconds before its first kernel call, as a slow compile would: a window
+  in which a worker killed from outside has measured nothing; ``at_call`` does not apply).
 
 **Scheduled faults** (``schedule``): a chaos run, from its own process and at a moment of its
 choosing, drops one action for one GPU into the simulated machine's state directory; the next
@@ -44,7 +47,7 @@ from typing import Any
 
 from orchestrator.errors import UserError
 
-ACTIONS = ("hang_s", "exit_process", "raise_error", "lose_gpu")
+ACTIONS = ("hang_s", "exit_process", "raise_error", "lose_gpu", "pause_s")
 KEYS = ("at_call", "gpu", "workload", "times", *ACTIONS)
 SIM_STATE_ENV = "DVFS_SIM_STATE_DIR"  # as orchestrator.devices.SIM_STATE_ENV (no import: floor 1)
 
@@ -99,8 +102,9 @@ def validate(spec: Any, backend: str) -> dict[str, Any] | None:
     times = spec.get("times", 1)
     if times is not None and (not isinstance(times, int) or times < 1):
         raise UserError(f"device.inject.times={times!r} must be 1 or more, or null (every trial)")
-    if spec.get("hang_s") is not None and float(spec["hang_s"]) <= 0:
-        raise UserError(f"device.inject.hang_s={spec['hang_s']} must be greater than 0")
+    for key in ("hang_s", "pause_s"):
+        if spec.get(key) is not None and not float(spec[key]) > 0:
+            raise UserError(f"device.inject.{key}={spec[key]} must be greater than 0")
     return spec
 
 
@@ -126,6 +130,10 @@ def arm(spec: Any, device: Any, *, sweep_id: str = "", workload: str | None = No
     counter = _counter_path(spec, ident.uuid, sweep_id)
     times = spec.get("times", 1)
     if times is not None and _fired(counter) >= times:
+        return False
+    if spec.get("pause_s") is not None:  # before the trial's first call: nothing to arm
+        _record_fired(counter)
+        time.sleep(float(spec["pause_s"]))
         return False
     _armed[ident.uuid] = _Plan(spec=spec, at_call=int(spec.get("at_call", 1)), counter=counter)
     return True
@@ -187,8 +195,8 @@ def schedule(state_dir: str | os.PathLike[str], uuid: str, spec: dict[str, Any])
         UserError: not exactly one action, or another key.
     """
     spec = validate(dict(spec), "sim") or {}
-    extra = sorted(set(spec) - set(ACTIONS))
-    if extra:
+    extra = sorted(set(spec) - set(ACTIONS) | ({"pause_s"} & set(spec)))
+    if extra:  # pause_s comes before a trial's first call; a scheduled fault fires in one
         raise UserError(f"a scheduled fault is one action; {', '.join(extra)} do not apply")
     path = _scheduled_path(Path(state_dir), uuid)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserError
-from orchestrator.jobs import PER_JOB_KEYS, JobSpec, machine_key
+from orchestrator.jobs import PER_JOB_KEYS, RETRY_POLICIES, JobSpec, machine_key
 from orchestrator.pool import close_pool, get_pool
 from orchestrator.progress import Progress
 from orchestrator.rows import JobResult
@@ -60,6 +60,7 @@ class LaunchSettings:
     max_restarts: int = 5  # worker deaths in a row before a GPU is retired; -1: never retire
     start_timeout_s: float = 120.0  # a worker that does not start within this is given up
     lease_wait_s: float | None = None  # wait this long for a GPU another sweep holds; None: forever
+    retry: str = "not_measured"  # which stored trials a re-run runs again (jobs.RETRY_POLICIES)
     num_cpus: float = 0.0  # CPUs each worker reserves (0: or four never start on two cores)
     resources: dict[str, float] = field(default_factory=dict)  # custom Ray resources per worker
     log_to_driver: bool = False  # forward workers' stdout/stderr to this terminal
@@ -102,6 +103,10 @@ class LaunchSettings:
         for key in ("timeout_s", "start_timeout_s", "lease_wait_s"):
             if d.get(key) is not None and float(d[key]) <= 0:
                 raise UserError(f"hydra.launcher.{key}={d[key]} must be greater than 0")
+        if d.get("retry", "not_measured") not in RETRY_POLICIES:
+            raise UserError(
+                f"hydra.launcher.retry={d['retry']!r} is not one of: {', '.join(RETRY_POLICIES)}"
+            )
         if d.get("num_cpus") is not None and float(d["num_cpus"]) < 0:
             raise UserError(f"hydra.launcher.num_cpus={d['num_cpus']} must be 0 or more")
         d["resources"] = {str(k): float(v) for k, v in (d.get("resources") or {}).items()}

@@ -9,17 +9,14 @@ machine: jobs that name different GPUs (the stability sweeper pins each search t
 UUID) share one pool, and each slot (``orchestrator.slot.Slot``) knows which jobs' selections
 include its GPU.
 
-**Calls.** Every call to a worker goes through the pool (``call``), which records it as in flight
-and moves the slot into that call's state; its answer is taken back with ``take`` and a call
-given up with ``cancel``. The supervisor reads slots and calls these methods; it never edits a
-slot's fields or the table of calls in flight.
+**Calls.** Every call to a worker goes through the pool (``call``: in flight, the slot in that
+call's state), its answer comes back through ``take``, a call is given up with ``cancel``; the
+supervisor calls these, and never edits a slot's fields or the table of calls in flight.
 
-**Lifetime.** A process keeps one pool and reuses it for every batch of a sweep (``get_pool``); a
-later batch that names a GPU the pool left out restarts it. The calls in flight belong to the pool,
-not to a batch: a worker still waiting for its lease when one batch ends answers in the next.
-A local Ray instance started here is shut down with the pool at exit (``close_pool``).
-
-This module imports neither Ray nor a framework at import time.
+**Lifetime.** A process keeps one pool for every batch of a sweep (``get_pool``); a later batch
+that names a GPU the pool left out restarts it. Calls in flight belong to the pool, not to a
+batch. A local Ray instance started here is shut down with the pool at exit (``close_pool``).
+Ray is imported only inside functions.
 """
 
 from __future__ import annotations
@@ -193,6 +190,17 @@ class GpuPool:
                 node_id=node_id, soft=False
             )
         return self._actor_cls.options(**options).remote(self.device)
+
+    def node_alive(self, node_id: str | None) -> bool:
+        """Whether Ray still counts the node alive (a worker on a lost node died with it)."""
+        import ray
+
+        try:
+            return node_id is None or any(
+                n.get("NodeID") == node_id and n.get("Alive") for n in ray.nodes()
+            )
+        except Exception:  # noqa: BLE001 - Ray itself is unreachable: no evidence of a loss
+            return True
 
     def node_gpus(self, node_id: str | None) -> int:
         """How many GPUs the node had when the pool started."""
@@ -471,8 +479,7 @@ def get_pool(
     if _pool is not None and _pool.key == key and not wanted.keys() <= _pool.selections.keys():
         note("ray_gpus: this batch names GPUs the workers were not started for; restarting them")
         wanted = {**_pool.selections, **wanted}
-        close_pool()
-    if _pool is not None and _pool.key != key:
+    if _pool is not None and (_pool.key != key or not wanted.keys() <= _pool.selections.keys()):
         close_pool()
     if _pool is None:
         pool = GpuPool(settings, device, list(wanted.values()))

@@ -5,12 +5,19 @@ One row per repeat of a trial. Every row is built here, whether a trial measured
 worker that died, hung, never started, or a GPU retired before the job), so the two kinds cannot
 drift apart. ``TrialRow`` is the schema: one field per column, in the order a reader meets them.
 
-Two rules live here because everything downstream must agree on them:
+Three rules live here because everything downstream must agree on them:
 
 - ``fails_setting``: which statuses count against the setting a trial ran at. A wrong or
   nondeterministic output, a crash or a timeout of the kernel are the setting's failures; a
-  ``device_error`` says the device was unhealthy (lost, XID, ECC, too hot), which is no evidence
-  about the clock. The stability search (``outcome_of``) and ``analysis.thresholds`` both use it.
+  ``device_error`` says the device failed while the trial ran (lost, XID, ECC, too hot), which is
+  no evidence about the clock. The stability search (``outcome_of``) and ``analysis.thresholds``
+  both use it.
+- ``failed_by``: who failed, in every row that is not ok: ``setting`` (the above), ``device``
+  (``device_error``) or ``circumstances``: ``not_measured``, a trial that measured nothing
+  because of what happened around it (its GPU was unhealthy before it began, its worker died
+  from outside before its first kernel call or its node was lost). A not-measured row is a
+  record, not a result: a re-run measures it again (``jobs.resume_trials``), the search takes it
+  as no evidence, and the report lists it as not measured, apart from every failure.
 - ``validity``: whether a measured window shows what was asked (the clock locked, no thermal
   throttling, enough energy-counter updates). An invalid row is kept and flagged, never mixed
   into a front.
@@ -37,7 +44,7 @@ if TYPE_CHECKING:
     from orchestrator.jobs import JobSpec
     from orchestrator.window import Checks, Window
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: rows carry ``attempt`` and ``failed_by``
 
 
 class Status(StrEnum):
@@ -49,6 +56,7 @@ class Status(StrEnum):
     CRASH = "crash"
     TIMEOUT = "timeout"
     DEVICE_ERROR = "device_error"
+    NOT_MEASURED = "not_measured"
 
 
 SETTING_FAILURES = frozenset(
@@ -61,6 +69,23 @@ def fails_setting(status: str | None) -> bool:
     return status in SETTING_FAILURES
 
 
+def failed_by(status: str | None) -> str | None:
+    """Who failed in a row of this status: ``setting``, ``device``, ``circumstances``, or None
+    (ok, or no status yet)."""
+    if status in SETTING_FAILURES:
+        return "setting"
+    if status == Status.DEVICE_ERROR:
+        return "device"
+    if status == Status.NOT_MEASURED:
+        return "circumstances"
+    return None
+
+
+def attempt_of(row: Mapping[str, Any]) -> int:
+    """A row's attempt number (rows stored before attempts existed were the first)."""
+    return int(row.get("attempt") or 1)
+
+
 # --- the schema -------------------------------------------------------------------------------
 @dataclass
 class TrialRow:
@@ -71,6 +96,7 @@ class TrialRow:
     sweep_id: str
     trial_key: str
     repeat: int
+    attempt: int  # 1 for a trial's first run; a re-run of a trial stored before adds one
     host: str
     started_at: float
     ended_at: float | None
@@ -116,6 +142,7 @@ class TrialRow:
     nonfinite_count: int | None = None
     determinism_mismatches: int | None = None
     status: str | None = None
+    failed_by: str | None = None  # setting, device or circumstances (see ``failed_by``)
     error: str | None = None
     valid: bool = False
     invalid_reason: str | None = None
@@ -143,9 +170,11 @@ class TrialRow:
 
 
 def base_row(
-    job: JobSpec, identity: DeviceIdentity, *, sweep_id: str, host: str | None = None
+    job: JobSpec, identity: DeviceIdentity, *, sweep_id: str, host: str | None = None,
+    attempt: int = 1,
 ) -> dict[str, Any]:
-    """The row of ``job`` on the GPU ``identity`` before anything is measured (repeat 0)."""
+    """The row of ``job``'s ``attempt`` on the GPU ``identity`` before anything is measured
+    (repeat 0)."""
     from orchestrator.provenance import git_commit, library_versions
 
     cfg, request = job.config, job.request
@@ -153,7 +182,8 @@ def base_row(
     sim = identity.backend == "sim"
     row = TrialRow(
         schema_version=SCHEMA_VERSION, sweep_id=sweep_id, trial_key=job.trial_key(identity.uuid),
-        repeat=0, host=host or socket.gethostname(), started_at=time.time(), ended_at=None,
+        repeat=0, attempt=int(attempt), host=host or socket.gethostname(),
+        started_at=time.time(), ended_at=None,
         device_index=identity.index, device_uuid=identity.uuid, device_name=identity.name,
         driver_version=identity.driver_version, backend=identity.backend,
         framework=cfg.framework.name, framework_version=None, workload=cfg.workload.name,
@@ -172,24 +202,22 @@ def fail_rows(
     rows: list[dict[str, Any]], base: Mapping[str, Any], repeats: int, status: str, error: str
 ) -> None:
     """Mark the repeat in flight (and those not reached) as failed with ``status``."""
+    failed = {"status": status, "failed_by": failed_by(status), "error": error, "valid": False}
     if rows and rows[-1].get("status") is None:
-        rows[-1].update(status=status, error=error, ended_at=time.time(), valid=False)
+        rows[-1].update(failed, ended_at=time.time())
     while len(rows) < repeats:
-        rows.append(
-            dict(base, repeat=len(rows), status=status, error=error, ended_at=time.time(),
-                 valid=False)
-        )
+        rows.append(dict(base, repeat=len(rows), ended_at=time.time(), **failed))
 
 
 def failure_rows(
     job: JobSpec, identity: DeviceIdentity, status: str, error: str, *,
-    sweep_id: str, host: str | None = None,
+    sweep_id: str, host: str | None = None, attempt: int = 1,
 ) -> list[dict[str, Any]]:
     """Rows for a trial that returned none: its worker died, hung or never started, or its GPU
     was retired before it ran. One row per repeat, each with ``status`` and ``error``."""
     rows: list[dict[str, Any]] = []
-    fail_rows(rows, base_row(job, identity, sweep_id=sweep_id, host=host), job.repeats,
-              status, error)
+    base = base_row(job, identity, sweep_id=sweep_id, host=host, attempt=attempt)
+    fail_rows(rows, base, job.repeats, status, error)
     return rows
 
 
@@ -282,6 +310,7 @@ def fill_checks(row: dict[str, Any], checks: Checks, reference: np.ndarray, job:
         nonfinite_count=int(result.nonfinite_count),
         determinism_mismatches=int(result.determinism_mismatches),
         status=result.verdict.value,
+        failed_by=failed_by(result.verdict.value),
         checked_iters=checks.calls,
         check_time_s=checks.time_s,
     )
@@ -369,7 +398,7 @@ def outcome_of(rows: Sequence[Mapping[str, Any]]) -> Outcome:
         first = failed[0]
         return Outcome(False, iterations, str(first["status"]), _first_line(first.get("error")))
     other = [r for r in rows if r.get("status") != Status.OK]
-    if other:  # a device error: the device, not the setting; no evidence either way
+    if other:  # a device error or nothing measured: no evidence about the setting either way
         status = str(other[0].get("status"))
         return Outcome(None, iterations, status, _first_line(other[0].get("error")) or status)
     invalid = [r for r in rows if r.get("valid") is not True]

@@ -12,22 +12,22 @@ A sweep keeps its results in ``<sweep_dir>/trials.sqlite``, an SQLite database i
 - **Readers beside the writer.** In WAL mode readers never block the writer and the writer never
   blocks readers, so ``dvfs report`` can read a sweep that is still running and sees every row
   committed so far.
-- **Idempotent re-runs.** ``(trial_key, repeat)`` is a UNIQUE key. A sweep re-run into the same
-  directory, or a Ray task retried after an ``ActorDiedError`` that had in fact finished, cannot
-  store a trial twice: the second ``put`` returns ``False`` and the first row is kept.
+- **Idempotent re-runs, every attempt kept.** ``(trial_key, repeat, attempt)`` is UNIQUE: an
+  attempt is never stored twice (the second ``put`` returns ``False``), and a trial run again
+  (``jobs.resume_trials``) is a new attempt beside the earlier ones: no row is ever rewritten.
 - **Several writers.** Writer processes are serialised by SQLite's own file locking; each waits
   up to ``busy_timeout_s`` for the lock instead of failing, so no row is lost.
 - **No pickle.** A row is stored as JSON text (plus a few indexed columns), readable by any
   SQLite client and safe to open from an untrusted source.
 
-Rows are flat dicts of JSON values (see the row schema in ``shared/DESIGN.md``); NumPy values,
-paths, sets and enums are converted on the way in (:mod:`orchestrator.store_values`), and the
-SQLite plumbing lives in :mod:`orchestrator.store_sqlite`. Sweep-level context
-(the resolved config, library versions, the commit) lives beside the rows in a ``meta`` table
-(:meth:`ResultStore.put_meta`).
+Rows are flat dicts of JSON values (:mod:`orchestrator.store_values` converts NumPy values, paths
+and enums); the SQLite plumbing is :mod:`orchestrator.store_sqlite`'s. Sweep-level context (the
+config, library versions, the commit) is in a ``meta`` table (:meth:`ResultStore.put_meta`).
 
-The schema version is SQLite's ``PRAGMA user_version``. A store written by a newer version of this
-code is refused with :class:`StoreSchemaError`; a file that is not an SQLite database, or a
+The schema version is SQLite's ``PRAGMA user_version`` (2: rows have an ``attempt``; a store of
+version 1 is migrated in one transaction when a writer opens it, each of its rows a first
+attempt, and read as it is by a reader). A store written by a newer version of this code is
+refused with :class:`StoreSchemaError`; a file that is not an SQLite database, or a
 malformed one, with :class:`CorruptStoreError`, and the file is left exactly as it was.
 
 Units: ``started_at`` and ``ended_at`` are Unix seconds; every other unit is in the column's name.
@@ -36,7 +36,6 @@ Units: ``started_at`` and ``ended_at`` are Unix seconds; every other unit is in 
 from __future__ import annotations
 
 import json
-import math
 import os
 import sqlite3
 import threading
@@ -48,9 +47,15 @@ from typing import Any
 from orchestrator import store_sqlite
 from orchestrator.errors import StorageError, UserError
 from orchestrator.store_sqlite import retry_locked
-from orchestrator.store_values import UnstorableValueError, dumps, to_json_value
+from orchestrator.store_values import (
+    RowRecord,
+    UnstorableValueError,
+    dumps,
+    row_record,
+    to_json_value,
+)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STORE_FILENAME = "trials.sqlite"
 
 # Keys bound in one ``IN (...)`` query: under SQLite's smallest limit on bound parameters (999).
@@ -73,37 +78,17 @@ class CorruptStoreError(StoreError):
     """The file is not an SQLite database, or is a malformed one; it is left in place."""
 
 
-def _json_form(value: Any, where: str) -> Any:
-    """A row or meta value in JSON types; one with no JSON form is the caller's mistake."""
-    try:
-        return to_json_value(value, where)
-    except UnstorableValueError as e:
-        raise StoreError(str(e)) from e
-
-
-def _row_record(row: Mapping[str, Any]) -> tuple[str, int, list[Any], str]:
-    """What ``put`` writes of a row: its key, repeat, indexed columns and JSON text.
+def _row_record(row: Mapping[str, Any]) -> RowRecord:
+    """What ``put`` writes of a row (:func:`orchestrator.store_values.row_record`).
 
     Raises:
-        StoreError: The row lacks its key or repeat, or holds a value with no JSON form.
+        StoreError: The row lacks its key or repeat, has a bad attempt, or holds a value with no
+            JSON form.
     """
-    clean = _json_form(dict(row), "row")
-    key = clean.get("trial_key")
-    repeat = clean.get("repeat")
-    if not isinstance(key, str) or not key:
-        raise StoreError(f"a trial row needs a non-empty string 'trial_key', got {key!r}")
-    if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
-        raise StoreError(f"a trial row needs an integer 'repeat' >= 0, got {repeat!r}")
-    indexed = []
-    for col in store_sqlite.INDEXED_COLUMNS:
-        v = clean.get(col)
-        if col == "started_at":
-            v = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-            v = v if v is None or math.isfinite(v) else None
-        else:
-            v = v if v is None or isinstance(v, str) else str(v)
-        indexed.append(v)
-    return key, repeat, indexed, dumps(clean)
+    try:
+        return row_record(row, store_sqlite.INDEXED_COLUMNS)
+    except ValueError as e:  # UnstorableValueError, InvalidRowError: the caller's mistake
+        raise StoreError(str(e)) from e
 
 
 def _check_header(path: Path) -> None:
@@ -216,11 +201,24 @@ class ResultStore:
 
             retry_locked(lambda: store_sqlite.in_transaction(conn, create, write=True))
             version = self._schema_version_and_check()
+        elif version < SCHEMA_VERSION:
+            def migrate() -> None:
+                found = store_sqlite.user_version(conn)  # another writer may have migrated it
+                if found < SCHEMA_VERSION:
+                    store_sqlite.migrate(conn, found, SCHEMA_VERSION)
+
+            retry_locked(lambda: store_sqlite.in_transaction(conn, migrate, write=True))
+            version = self._schema_version_and_check()
         return version
 
     def _schema_version_and_check(self) -> int:
-        assert self._conn is not None
-        version = store_sqlite.user_version(self._conn)
+        conn = self._conn
+        assert conn is not None
+        # One read snapshot: another process's creation commits wholly before or after it.
+        version, tables = store_sqlite.in_transaction(
+            conn, lambda: (store_sqlite.user_version(conn), store_sqlite.user_tables(conn)),
+            write=False,
+        )
         if version > SCHEMA_VERSION:
             raise StoreSchemaError(
                 f"{self.path} was written with store schema version {version}; this "
@@ -228,13 +226,13 @@ class ResultStore:
                 "upgrade dvfs-orchestrator to read it"
             )
         if version == 0:
-            self._check_is_empty()
+            self._check_is_empty(tables)
         return version
 
-    def _check_is_empty(self) -> None:
+    def _check_is_empty(self, tables: list[str] | None = None) -> None:
         """Refuses an SQLite database that has tables but is not one of our stores."""
         assert self._conn is not None
-        tables = store_sqlite.user_tables(self._conn)
+        tables = store_sqlite.user_tables(self._conn) if tables is None else tables
         if tables:
             raise CorruptStoreError(
                 f"{self.path} is an SQLite database but not a dvfs results store "
@@ -280,30 +278,32 @@ class ResultStore:
             raise CorruptStoreError(f"{self.path}: row {row_id} is not valid JSON ({e})") from e
 
     def put(self, row: Mapping[str, Any]) -> bool:
-        """Stores one trial row durably, unless its ``(trial_key, repeat)`` is stored already.
+        """Stores one trial row durably, unless its ``(trial_key, repeat, attempt)`` is stored.
 
         Args:
-            row: The trial's row: must hold ``trial_key`` (str) and ``repeat`` (int); every value
-                must have a JSON form (NumPy values are converted).
+            row: The trial's row: must hold ``trial_key`` (str) and ``repeat`` (int), and may
+                hold ``attempt`` (int >= 1; 1 when absent); every value must have a JSON form
+                (NumPy values are converted).
 
         Returns:
-            True if the row was written; False if that key was stored before (the first row is
-            kept unchanged).
+            True if the row was written; False if that attempt was stored before (the first row
+            is kept unchanged).
 
         Raises:
             StoreError: The row lacks its key, holds a value with no JSON form, or the store is
                 read-only.
         """
         self._check_writable()
-        key, repeat, indexed, text = _row_record(row)
+        rec = _row_record(row)
         db = self._db()
 
         def insert() -> int:
             return db.execute(
-                "INSERT INTO trials (trial_key, repeat, status, device_uuid, workload, "
-                "framework, started_at, stored_at, row_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (trial_key, repeat) DO NOTHING",
-                (key, repeat, *indexed, time.time(), text),
+                "INSERT INTO trials (trial_key, repeat, attempt, status, device_uuid, workload, "
+                "framework, started_at, stored_at, row_json) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (trial_key, repeat, attempt) DO NOTHING",
+                (rec.trial_key, rec.repeat, rec.attempt, *rec.indexed, time.time(), rec.text),
             ).rowcount
 
         with self._lock:
@@ -314,15 +314,7 @@ class ResultStore:
                 raise self._translate_write(e, "a trial row") from e
 
     def has(self, trial_key: str, repeat: int = 0) -> bool:
-        """Whether a trial is stored.
-
-        Args:
-            trial_key: The trial's key.
-            repeat: The repeat index.
-
-        Returns:
-            True if a row with that key and repeat is stored.
-        """
+        """Whether a row of this trial key and repeat is stored (of any attempt)."""
         if not self._has_tables():
             return False
         with self._lock:
@@ -332,7 +324,7 @@ class ResultStore:
             return cur.fetchone() is not None
 
     def keys(self) -> set[tuple[str, int]]:
-        """Every stored ``(trial_key, repeat)``."""
+        """Every stored ``(trial_key, repeat)``, of any attempt."""
         if not self._has_tables():
             return set()
         with self._lock:
@@ -361,10 +353,11 @@ class ResultStore:
             yield self._decode(row_id, text)
 
     def rows_for(self, keys: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
-        """The stored rows of the given trial keys, each key's in repeat order (resume's query).
+        """The stored rows of the given trial keys (resume's query): each key's every attempt,
+        in attempt order and, within one, in repeat order.
 
-        One indexed query per batch of keys, all batches in one read snapshot: the
-        ``UNIQUE (trial_key, repeat)`` index serves it in every store ever written, so a
+        One indexed query per batch of keys, all batches in one read snapshot: the unique
+        index on ``(trial_key, repeat[, attempt])`` serves it in every store ever written, so a
         10,000-key resume costs milliseconds, not a scan of the table per key.
 
         Args:
@@ -400,6 +393,8 @@ class ResultStore:
         found: dict[str, list[dict[str, Any]]] = {k: [] for k in wanted}
         for row_id, key, text in fetched:
             found[key].append(self._decode(row_id, text))
+        for rows in found.values():  # stable: a version-1 store's rows (no attempt) keep order
+            rows.sort(key=lambda r: (int(r.get("attempt") or 1), int(r["repeat"])))
         return {k: rows for k, rows in found.items() if rows}
 
     def __len__(self) -> int:
@@ -421,7 +416,10 @@ class ResultStore:
         self._check_writable()
         if not isinstance(value, Mapping):
             raise StoreError(f"meta {key!r} must be a dict, got {type(value).__name__}")
-        text = dumps(_json_form(dict(value), f"meta.{key}"))
+        try:
+            text = dumps(to_json_value(dict(value), f"meta.{key}"))
+        except UnstorableValueError as e:  # a value with no JSON form: the caller's mistake
+            raise StoreError(str(e)) from e
         db = self._db()
 
         def upsert() -> None:

@@ -25,14 +25,14 @@ DEFAULT_BUSY_TIMEOUT_S = 60.0
 T = TypeVar("T")
 
 # Columns copied out of the row beside its JSON, so that SQL queries can filter on them. The
-# UNIQUE (trial_key, repeat) constraint's own index serves every query by trial key.
+# UNIQUE (trial_key, repeat, attempt) constraint's own index serves every query by trial key.
 INDEXED_COLUMNS = ("status", "device_uuid", "workload", "framework", "started_at")
 
-_SCHEMA_STATEMENTS = (
-    """CREATE TABLE trials (
+_TRIALS_COLUMNS = """
         id          INTEGER PRIMARY KEY AUTOINCREMENT,
         trial_key   TEXT    NOT NULL,
         repeat      INTEGER NOT NULL,
+        attempt     INTEGER NOT NULL DEFAULT 1,
         status      TEXT,
         device_uuid TEXT,
         workload    TEXT,
@@ -40,14 +40,27 @@ _SCHEMA_STATEMENTS = (
         started_at  REAL,
         stored_at   REAL    NOT NULL,
         row_json    TEXT    NOT NULL,
-        UNIQUE (trial_key, repeat)
-    )""",
-    *(f"CREATE INDEX trials_{col} ON trials ({col})" for col in INDEXED_COLUMNS),
+        UNIQUE (trial_key, repeat, attempt)"""
+_INDEX_STATEMENTS = tuple(f"CREATE INDEX trials_{col} ON trials ({col})" for col in INDEXED_COLUMNS)
+_SCHEMA_STATEMENTS = (
+    f"CREATE TABLE trials ({_TRIALS_COLUMNS}\n    )",
+    *_INDEX_STATEMENTS,
     """CREATE TABLE meta (
         key        TEXT PRIMARY KEY,
         value_json TEXT NOT NULL,
         stored_at  REAL NOT NULL
     )""",
+)
+# Version 1 had no ``attempt`` column and a UNIQUE (trial_key, repeat): every row of it was its
+# trial's first attempt. SQLite cannot change a table's constraints, so the table is rebuilt.
+_MIGRATE_1_TO_2 = (
+    f"CREATE TABLE trials_v2 ({_TRIALS_COLUMNS}\n    )",
+    "INSERT INTO trials_v2 (id, trial_key, repeat, attempt, status, device_uuid, workload, "
+    "framework, started_at, stored_at, row_json) SELECT id, trial_key, repeat, 1, status, "
+    "device_uuid, workload, framework, started_at, stored_at, row_json FROM trials",
+    "DROP TABLE trials",
+    "ALTER TABLE trials_v2 RENAME TO trials",
+    *_INDEX_STATEMENTS,
 )
 
 
@@ -121,6 +134,17 @@ def create_tables(conn: sqlite3.Connection, schema_version: int) -> None:
     for statement in _SCHEMA_STATEMENTS:
         conn.execute(statement)
     conn.execute(f"PRAGMA user_version = {int(schema_version)}")
+
+
+def migrate(conn: sqlite3.Connection, from_version: int, to_version: int) -> None:
+    """Brings an older store's tables to ``to_version`` and stamps it; the caller runs it in one
+    transaction (a migration killed half-way leaves the store as it was)."""
+    if from_version == 1 and to_version == 2:
+        for statement in _MIGRATE_1_TO_2:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {int(to_version)}")
+    elif from_version != to_version:
+        raise ValueError(f"no migration from store schema {from_version} to {to_version}")
 
 
 def user_version(conn: sqlite3.Connection) -> int:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
@@ -76,3 +78,57 @@ def _mapping_to_json(value: Mapping[Any, Any], where: str) -> dict[str, Any]:
 def dumps(value: Any) -> str:
     """The compact JSON text of a value already in JSON types (as :func:`to_json_value` gives)."""
     return json.dumps(value, sort_keys=False, separators=(",", ":"))
+
+
+class InvalidRowError(ValueError):
+    """A row lacks what identifies it (its key, repeat or attempt)."""
+
+
+@dataclass(frozen=True)
+class RowRecord:
+    """What the store writes of one row: its identity, its indexed columns and its JSON text."""
+
+    trial_key: str
+    repeat: int
+    attempt: int
+    indexed: list[Any]
+    text: str
+
+
+def _count(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _indexed(value: Any, column: str) -> Any:
+    """A row value as its indexed column holds it: a finite float for ``started_at``, else text."""
+    if column == "started_at":
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        v = float(value) if number else None
+        return v if v is None or math.isfinite(v) else None
+    return value if value is None or isinstance(value, str) else str(value)
+
+
+def row_record(row: Mapping[str, Any], indexed_columns: Sequence[str]) -> RowRecord:
+    """One trial row in the store's terms: identity, indexed columns, JSON text.
+
+    A row without ``attempt`` is its trial's first (1).
+
+    Raises:
+        UnstorableValueError: A value has no JSON form.
+        InvalidRowError: No non-empty ``trial_key``, no integer ``repeat`` >= 0, or an
+            ``attempt`` that is not an integer >= 1.
+    """
+    clean = to_json_value(dict(row), "row")
+    key = clean.get("trial_key")
+    repeat = clean.get("repeat")
+    attempt = clean.setdefault("attempt", 1)
+    if not isinstance(key, str) or not key:
+        raise InvalidRowError(f"a trial row needs a non-empty string 'trial_key', got {key!r}")
+    if not _count(repeat, 0):
+        raise InvalidRowError(f"a trial row needs an integer 'repeat' >= 0, got {repeat!r}")
+    if not _count(attempt, 1):
+        raise InvalidRowError(
+            f"a trial row's 'attempt' must be an integer >= 1, got {attempt!r}"
+        )
+    indexed = [_indexed(clean.get(c), c) for c in indexed_columns]
+    return RowRecord(key, repeat, attempt, indexed, dumps(clean))

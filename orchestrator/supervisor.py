@@ -4,21 +4,26 @@ It sends each job to an idle worker (``placement=any``), to every worker (``ever
 per GPU: a fleet survey), or to the next idle one of a list of GPU UUIDs, always among the GPUs
 the job's own ``device.gpus`` selects, and handles results **as they finish** (``ray.wait``):
 each row is written to the store on the driver at once, so a cluster needs no shared filesystem
-and a killed sweep loses only the trials in flight. Jobs whose trial key is already stored are
-skipped (resume, one keyed query per store).
+and a killed sweep loses only the trials in flight. Jobs whose trial is already stored are
+skipped, unless ``hydra.launcher.retry`` runs them again as a new attempt (resume, one keyed
+query per store: ``jobs.resume_trials``).
 
-Failure semantics (the sweep always ends with a row for every job and GPU):
+Failure semantics (the sweep always ends with a row for every job and GPU); a failure the
+setting caused is a result, one of the circumstances is recorded ``not_measured``:
 
 - the kernel raised, or a check failed: the trial's own row says so (``crash``, ``wrong``...); the
   worker goes on;
-- the worker process died (SIGKILL, segfault, OOM, node lost: ``ActorDiedError`` and the other
-  ``RayActorError``s): the trial is recorded as ``crash``, a new worker is started on the same
-  GPU (same node), restores what the dead one left changed, and takes the next job;
+- the worker process died (SIGKILL, segfault, OOM: ``ActorDiedError`` and the other
+  ``RayActorError``s): a new worker is started on the same GPU (same node), restores what the
+  dead one left changed, and reports the dead one's trace (``orchestrator.trial_trace``): dead
+  inside the trial's kernel calls, the trial is a ``crash``; before its first kernel call, or
+  between trials, it is ``not_measured``; with its node lost, ``not_measured`` at once;
 - a trial ran past its limit (``hydra.launcher.timeout_s``, else the job's ``measure.timeout_s``):
   its worker is killed and replaced and the trial is recorded as ``timeout``;
-- a GPU whose worker died ``max_restarts`` times in a row (or whose replacement did not start
-  within ``start_timeout_s``) is retired: ``any`` jobs go to the other GPUs; its ``every`` jobs
-  are recorded as ``device_error``.
+- a GPU found unhealthy before a trial is retired and the job goes to another GPU; a GPU whose
+  worker died ``max_restarts`` times in a row (or whose replacement did not start within
+  ``start_timeout_s``) is retired: ``any`` jobs go to the other GPUs; jobs no GPU is left to
+  run (its ``every`` jobs) are recorded as ``not_measured``.
 
 Slots move only through the pool's and the slot's methods (``orchestrator.slot``); this module
 decides *when*, never edits their fields. Ray is imported only inside functions.
@@ -31,7 +36,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.jobs import record_sweep, stored_trials
+from orchestrator.jobs import record_sweep, resume_trials
 from orchestrator.pool import GpuPool, first_line, kill
 from orchestrator.progress import Progress
 from orchestrator.rows import JobResult, Status, failure_rows, summarise
@@ -39,6 +44,7 @@ from orchestrator.slot import Call, Slot, SlotState
 
 if TYPE_CHECKING:
     from orchestrator.launch import Job
+    from orchestrator.trial_trace import TrialTrace
     from orchestrator.worker import AcquireReply, TrialReply, WorkerInfo
 
 # What a lane of the progress line shows for a slot that runs no trial.
@@ -69,6 +75,8 @@ class Supervisor:
         self.retired: dict[str, dict[str, Any]] = {}  # GPU uuid -> label, host, reason, time
         self.stores: dict[Path, Any] = {}
         self.frameworks = tuple(sorted({j.spec.config.framework.name for j in jobs}))
+        self.attempts: dict[str, int] = {}  # trial key -> the attempt a run now gets (default 1)
+        self.orphans: dict[str, tuple[Job, str, float]] = {}  # GPU uuid -> job, error, died_at
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> list[JobResult]:
@@ -96,6 +104,8 @@ class Supervisor:
                 self._check_deadlines()
                 self._show_waiting()
                 self.progress.refresh()
+            for uuid in list(self.orphans):  # a dead worker's GPU that never reported back
+                self._resolve_orphan(uuid, None, "its GPU never reported back")
         finally:
             for store in self.stores.values():
                 store.close()
@@ -113,8 +123,9 @@ class Supervisor:
         return not any(self.queues.values()) if self.every else not self.pending
 
     def _plan(self) -> None:
-        """Queue what is not stored yet; count what is (resume: one keyed query per store)."""
-        stored: dict[tuple[Path, int], dict[str, list[dict[str, Any]]]] = {}
+        """Queue what is not stored yet (or is to run again); count what is (resume: one keyed
+        query per store)."""
+        stored: dict[tuple[Path, int], dict[str, Any]] = {}
         for job in self.jobs:
             group = (job.store_dir, job.repeats)
             if group not in stored:
@@ -123,21 +134,24 @@ class Supervisor:
                     for j in self.jobs if (j.store_dir, j.repeats) == group
                     for s in self.pool.slots if s.runs(j)
                 }
-                stored[group] = stored_trials(self._store(job), keys, job.repeats)
+                stored[group] = resume_trials(
+                    self._store(job), keys, job.repeats, self.settings.retry
+                )
+                self.attempts.update({k: r.attempt for k, r in stored[group].items()})
             self._plan_job(job, stored[group])
         if self.progress.skipped:
             self.progress.note(
                 f"ray_gpus: {self.progress.skipped} trial(s) already in the store, skipped (resume)"
             )
 
-    def _plan_job(self, job: Job, stored: dict[str, list[dict[str, Any]]]) -> None:
-        """Queue one job (per GPU, for ``every``) unless its trial is stored in full."""
+    def _plan_job(self, job: Job, stored: dict[str, Any]) -> None:
+        """Queue one job (per GPU, for ``every``) unless its trial's stored rows stand."""
         done: dict[str, JobResult] = {}
         slots = [s for s in self.pool.slots if s.runs(job)]
         for slot in slots:
-            rows = stored.get(job.spec.trial_key(slot.uuid))
-            if rows is not None:
-                done[slot.uuid] = JobResult.of(rows, job.spec.objective_name)
+            resume = stored.get(job.spec.trial_key(slot.uuid))
+            if resume is not None and not resume.run:
+                done[slot.uuid] = JobResult.of(resume.rows, job.spec.objective_name)
         if self.every:
             for slot in slots:
                 if slot.uuid in done:
@@ -194,8 +208,15 @@ class Supervisor:
                     continue
                 self.pending.remove(job)
             deadline = time.monotonic() + job.timeout_s
-            self.pool.call(slot, Call.RUN, job.spec, job.sweep_id, deadline=deadline, job=job)
+            attempt = self._attempt(job, slot)
+            self.pool.call(
+                slot, Call.RUN, job.spec, job.sweep_id, attempt, deadline=deadline, job=job
+            )
             self._show(slot)
+
+    def _attempt(self, job: Job, slot: Slot) -> int:
+        """The attempt number of ``job``'s trial on the slot's GPU."""
+        return self.attempts.get(job.spec.trial_key(slot.uuid), 1)
 
     # --- results -------------------------------------------------------------------------------
     def _on_ready(self, ref: Any) -> None:
@@ -241,13 +262,16 @@ class Supervisor:
             reply: TrialReply = ray.get(ref)
         except ray.exceptions.RayTaskError as e:  # our code raised in the worker, which lives on
             slot.mark_idle()
-            error = f"the worker raised: {first_line(e)}"
-            self._record(slot, job, self._failure(slot, job, Status.CRASH, error), {})
+            error = f"not measured: the worker raised: {first_line(e)}"
+            self._record(slot, job, self._failure(slot, job, Status.NOT_MEASURED, error), {})
         except ray.exceptions.RayError as e:  # the process is gone: ActorDiedError and the like
             where = f"pid {slot.info.pid} on {slot.info.host}"
             error = f"the worker process died ({where}): {first_line(e)}"
-            rows = self._failure(slot, job, Status.CRASH, error)
-            self._record(slot, job, rows, {"died_at": time.time()})
+            if not self.pool.node_alive(slot.node_id):  # the node with it: nothing to read
+                rows = self._failure(slot, job, Status.NOT_MEASURED, f"{error}; its node was lost")
+                self._record(slot, job, rows, {"died_at": time.time()})
+            else:  # its replacement reads the dead one's trace (``_on_identify``)
+                self.orphans[slot.uuid] = (job, error, time.time())
             self._replace(slot, "its worker died during a trial")
         else:
             if not reply.ran:  # the GPU was unhealthy before the trial: nothing ran
@@ -265,8 +289,21 @@ class Supervisor:
         """The rows of a trial that returned none, on the slot's GPU."""
         return failure_rows(
             job.spec, slot.info.identity, status.value, error,
-            sweep_id=job.sweep_id, host=slot.info.host,
+            sweep_id=job.sweep_id, host=slot.info.host, attempt=self._attempt(job, slot),
         )
+
+    def _resolve_orphan(self, uuid: str, trace: TrialTrace | None, why: str = "") -> None:
+        """Record the trial a dead worker was running on GPU ``uuid``, from its trace: a crash
+        inside the trial's kernel calls, else not measured."""
+        job, error, died_at = self.orphans.pop(uuid)
+        slot = next(s for s in self.pool.slots if s.uuid == uuid)
+        if trace is not None and trace.trial_key == job.spec.trial_key(uuid) \
+                and trace.in_kernel_calls:
+            status, error = Status.CRASH, f"{error}; it died in the trial's kernel calls"
+        else:
+            status = Status.NOT_MEASURED
+            error += f"; not measured: {why or 'it died before the trial began its kernel calls'}"
+        self._record(slot, job, self._failure(slot, job, status, error), {"died_at": died_at})
 
     def _record(
         self, slot: Slot, job: Job, rows: list[dict[str, Any]], extra: dict[str, Any]
@@ -334,6 +371,8 @@ class Supervisor:
         self._show(slot)
 
     def _on_identify(self, slot: Slot, info: WorkerInfo) -> None:
+        if info.uuid in self.orphans:  # the trace is of the GPU the worker landed on
+            self._resolve_orphan(info.uuid, info.dead_trace)
         if info.uuid != slot.uuid:
             # Ray gave it another free GPU of the node: hold that one and try again.
             if slot.park() > self.pool.node_gpus(slot.node_id):
@@ -357,7 +396,7 @@ class Supervisor:
             slot: the GPU.
             reason: why, for the progress line and the rows of jobs it leaves unrun.
             requeue: a job it was given but did not start: back to the front of the queue for
-                another GPU (``placement=every``: recorded as ``device_error`` with its queue).
+                another GPU (``placement=every``: recorded as ``not_measured`` with its queue).
         """
         if requeue is not None:
             if self.every:
@@ -365,6 +404,8 @@ class Supervisor:
             else:
                 self.pending.insert(0, requeue)
         self.pool.retire(slot, reason)
+        if slot.uuid in self.orphans:  # no replacement will report what its dead worker did
+            self._resolve_orphan(slot.uuid, None, f"its GPU was retired ({reason})")
         self.progress.note(f"ray_gpus: {slot.label} ({slot.uuid}) retired: {reason}")
         self.retired[slot.uuid] = {
             "label": slot.label, "host": slot.info.host, "reason": reason, "at": time.time(),
@@ -383,7 +424,7 @@ class Supervisor:
         while queue:
             job = queue.popleft()
             error = f"not run: GPU retired ({slot.retired_reason})"
-            self._record(slot, job, self._failure(slot, job, Status.DEVICE_ERROR, error), {})
+            self._record(slot, job, self._failure(slot, job, Status.NOT_MEASURED, error), {})
 
     def _fail_stranded(self) -> None:
         """Record the queued jobs that no live GPU may run (every GPU they select is retired)."""
@@ -394,7 +435,7 @@ class Supervisor:
             self.pending.remove(job)
             reasons = "; ".join(sorted({s.retired_reason or "retired" for s in slots}))
             error = f"not run: no GPU it may run on is left ({reasons})"
-            rows = self._failure(slots[0], job, Status.DEVICE_ERROR, error)
+            rows = self._failure(slots[0], job, Status.NOT_MEASURED, error)
             self._record(slots[0], job, rows, {})
 
     # --- showing -------------------------------------------------------------------------------

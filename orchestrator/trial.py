@@ -32,16 +32,20 @@ On ``device=cpu`` (the host measured as a device) time is wall time and energy c
 where it can be read; where it cannot, the row measures time only and ``energy_note`` says why.
 
 A failure inside a trial is a result, not an exception out of the sweep: a crash is a ``crash``
-row, a lost device a ``device_error`` row. Before anything else a trial asks ``Device.health()``:
-on a GPU that is lost, reported an XID or uncorrected ECC errors, or is at its slowdown
-temperature, it runs nothing and returns ``device_error`` rows whose error names the GPU and why.
-The answer is sticky per ``Device``, so the GPU takes no further trials in this process.
+row, a device lost during the trial a ``device_error`` row. Before anything else a trial asks
+``Device.health()``: on a GPU that is lost, reported an XID or uncorrected ECC errors, or is at
+its slowdown temperature, it runs nothing and returns ``not_measured`` rows whose error names the
+GPU and why (a re-run measures them once the GPU is back). The answer is sticky per ``Device``,
+so the GPU takes no further trials in this process. ``TrialContext.on_kernel_calls`` is told
+just before the trial's first kernel call (the worker's trace of what it was doing, read if it
+dies: ``orchestrator.trial_trace``).
 """
 
 from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -66,22 +70,24 @@ class TrialContext:
     kernels: Any  # kernels.KernelCache (or any object with the same get())
     sweep_id: str = ""
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    on_kernel_calls: Callable[[], None] | None = None  # called before a trial's first call
 
 
-def run_trial(ctx: TrialContext, job: JobSpec) -> list[dict[str, Any]]:
+def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[str, Any]]:
     """Run one trial (all its repeats); always returns one row per repeat, never raises for
     a failure of the kernel or the device.
 
     Args:
         ctx: the GPU's guard and kernel cache.
         job: the validated job.
+        attempt: which attempt at this trial it is (1 unless a re-run runs it again).
     """
     device = ctx.device
-    base = base_row(job, device.identity, sweep_id=ctx.sweep_id)
+    base = base_row(job, device.identity, sweep_id=ctx.sweep_id, attempt=attempt)
     rows: list[dict[str, Any]] = []
     health = device.health()  # an unhealthy GPU takes no further trials (sticky per Device)
-    if not health.ok:
-        fail_rows(rows, base, job.repeats, Status.DEVICE_ERROR, f"not run: {health.reason}")
+    if not health.ok:  # nothing measured: the circumstances, not the setting
+        fail_rows(rows, base, job.repeats, Status.NOT_MEASURED, f"not run: {health.reason}")
         return rows
     try:
         ctx.guard.apply(job.request)
@@ -135,6 +141,8 @@ def _measure(
     counts = spec.counts(preset=preset, dtype=cfg.workload.dtype)
     work = _charged_work(kernel, spec, counts, preset, cfg, base)
     m = cfg.measure
+    if ctx.on_kernel_calls is not None:
+        ctx.on_kernel_calls()
     if m.warmup_iters:
         KernelCalls(kernel, device, work, None).run(m.warmup_iters)
     reference = kernel.reference()

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.devices.base import DeviceIdentity
 from orchestrator.jobs import PER_JOB_KEYS
 from orchestrator.journal import Journal
+from orchestrator.trial_trace import TrialTrace
 
 if TYPE_CHECKING:
     from orchestrator.jobs import JobSpec
@@ -71,6 +72,8 @@ class WorkerInfo:
         select_errors: per value: why it selects nothing on this node (None: it is valid).
         sim_state_dir: the simulated machine it joined (None off the sim).
         restored: what it restored that a dead predecessor had left changed.
+        dead_trace: what a dead predecessor on this GPU was doing when it died (None: it was
+            between trials, or there was none).
     """
 
     uuid: str
@@ -83,6 +86,7 @@ class WorkerInfo:
     select_errors: tuple[str | None, ...] = ()
     sim_state_dir: str | None = None
     restored: tuple[str, ...] = ()
+    dead_trace: TrialTrace | None = None
 
 
 @dataclass(frozen=True)
@@ -248,13 +252,18 @@ class GpuWorker:
         """This worker's GPU, node and process, and which ``device.gpus`` values select the GPU.
 
         First restores the GPU if a dead process (a killed earlier worker) left it changed, so
-        a replaced worker puts its GPU back before anything else; ``restored`` says what it did.
+        a replaced worker puts its GPU back before anything else; ``restored`` says what it did,
+        and ``dead_trace`` what the dead worker's trial was doing (``orchestrator.trial_trace``).
 
         Args:
             selections: ``device.gpus`` values (None: every GPU) to answer for, on this node: an
                 index or PCI bus id means this node's GPU of that number.
         """
+        from orchestrator import trial_trace
+        from orchestrator.devices import journal_dir
+
         restored = self._restore_dead_owner()
+        dead_trace = trial_trace.take_trace(journal_dir(self._cfg), self.uuid)
         selected, select_errors = self._selected(selections)
         sim = self._cfg.get("backend") == "sim"
         return WorkerInfo(
@@ -268,6 +277,7 @@ class GpuWorker:
             select_errors=select_errors,
             sim_state_dir=os.environ.get(SIM_STATE_ENV) if sim else None,
             restored=tuple(restored),
+            dead_trace=dead_trace,
         )
 
     def _selected(self, selections: list[Any]) -> tuple[tuple[bool, ...], tuple[str | None, ...]]:
@@ -371,19 +381,22 @@ class GpuWorker:
         return [a.describe() for a in actions if not a.skipped_reason]
 
     # --- trials --------------------------------------------------------------------------------
-    def run(self, job: JobSpec, sweep_id: str) -> TrialReply:
+    def run(self, job: JobSpec, sweep_id: str, attempt: int = 1) -> TrialReply:
         """Run one trial (``trial.run_trial``) and return its rows, this worker's counters and
         its GPU's health after the trial.
 
         A GPU that is already unhealthy (``Device.health``) runs nothing: the reply has no rows
         and says why (``unhealthy``), so that the supervisor retires the GPU and gives the job
-        to another one. ``unhealthy`` beside rows means the GPU failed during this trial.
+        to another one. ``unhealthy`` beside rows means the GPU failed during this trial. While
+        the trial runs, the worker keeps its trace on the node (``orchestrator.trial_trace``).
 
         Args:
             job: the validated job (sent as is: a ``JobSpec`` pickles).
             sweep_id: stamped on every row.
+            attempt: which attempt at the trial this is (stamped on every row).
         """
-        from orchestrator import inject
+        from orchestrator import inject, trial_trace
+        from orchestrator.devices import journal_dir
         from orchestrator.trial import run_trial
 
         if self._ctx is None:
@@ -394,13 +407,18 @@ class GpuWorker:
             return TrialReply(unhealthy=before.reason, pid=os.getpid())
         ctx.sweep_id = sweep_id
         workload = job.config.workload.name
+        where = journal_dir(self._cfg)
+        trace = trial_trace.begin(where, self.uuid, job.trial_key(self.uuid))
+        ctx.on_kernel_calls = lambda: trial_trace.kernel_calls(where, self.uuid, trace)
         inject.arm(job.config.device.inject, ctx.device, sweep_id=sweep_id, workload=workload)
         started_at = time.time()
         t0 = time.perf_counter()
         try:
-            rows = run_trial(ctx, job)
+            rows = run_trial(ctx, job, attempt=attempt)
         finally:
             inject.disarm(ctx.device)
+            ctx.on_kernel_calls = None
+            trial_trace.end(where, self.uuid)
         trial_s = time.perf_counter() - t0
         self._trials += 1
         after = ctx.device.health()

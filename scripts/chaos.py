@@ -1,6 +1,6 @@
 """Chaos run: a sweep on 4 simulated GPUs under faults, each at a random moment; then the ledger.
 
-    .venv/bin/python scripts/chaos.py                   # the full run: 32 faults, 4 of each kind
+    .venv/bin/python scripts/chaos.py --faults 100      # the full run: 100 faults, 11 of each kind
     .venv/bin/python scripts/chaos.py --faults 10       # the short form CI runs (every kind once)
     .venv/bin/python scripts/chaos.py --kinds gpu_lost --faults 1 --json out.json
 
@@ -13,6 +13,9 @@ kind           what happens
 driver_sigkill ``kill -9`` of the ``dvfs sweep`` process (sometimes while its workers start)
 driver_sigterm ``kill -TERM`` of it: it must restore every GPU itself and exit 143
 worker_sigkill ``kill -9`` of one GPU's worker actor (busy if one is)
+worker_idle    ``kill -9`` of a worker while no kernel call of a trial runs (it is stopped with
+               SIGSTOP, its trace read, and killed only if it shows no kernel call under way):
+               the trial it held, if any, must be ``not_measured`` and a resume must measure it
 kernel_hang    the next kernel call on one GPU sleeps for an hour (``inject.schedule``)
 kernel_crash   the next kernel call on one GPU kills its process (a segfault, the OOM killer)
 gpu_lost       one GPU falls off the bus: NVML answers GPU_IS_LOST until it is brought back
@@ -20,23 +23,24 @@ disk_full      the filesystem of the results store fills up (a tmpfs and a balla
 two_sweeps     the same command again (same directory) and another sweep on the same GPUs
 ============== ==============================================================================
 
-After a fault that ends the driver, it does what an operator would: waits for the driver's
-processes to go (killing Ray agents they orphaned), runs ``dvfs restore``, frees the disk, then
-runs the same command again into the same directory (resume). A lost GPU is brought back (a reset)
-once its worker has let go of it, and ``dvfs restore`` puts back what its failed trial left
-changed. When a sweep completes before the faults are done, the next one starts in a new
-directory. At the end it checks and prints, over every sweep:
+After a fault that ends the driver, or a sweep that ended with trials not measured, it does what
+an operator would: waits for the driver's processes to go (killing Ray agents they orphaned), runs
+``dvfs restore``, frees the disk, then runs the same command again into the same directory
+(resume, which measures what was not measured: ``hydra.launcher.retry=not_measured``). A lost
+GPU is brought back (a reset) once its worker has let go of it, and ``dvfs restore`` puts back
+what its failed trial left changed. When a sweep completes before the faults are done, the next
+one starts in a new directory. At the end it checks and prints, over every sweep:
 
-- trials expected, stored exactly once, lost (expected, not stored) and duplicated (a job stored
-  on more than one GPU, or a repeat twice);
+- trials expected, measured exactly once, lost (expected, never measured) and duplicated (a job
+  measured on more than one GPU, or twice); rows not measured, and those a resume measured;
 - rows by status, and the failed rows no injected fault explains (a spurious failure);
 - GPUs left with non-default settings, left lost, journal entries left, trials that overlapped on
   one GPU (two sweeps must queue per GPU), and processes of this run left behind.
 
-Exit code 0 when every target holds: 0 lost, 0 duplicated, 0 unexplained failures, 0 GPUs left
-changed or lost, 0 journal entries, 0 overlapping trials, 0 processes left, and every fault had
-the effect its kind promises. ``disk_full`` needs a tmpfs mount (root); where that is refused it
-is left out, and said so.
+Exit code 0 when every target holds: 0 lost, 0 duplicated, 0 left not measured, 0 unexplained
+failures, 0 GPUs left changed or lost, 0 journal entries, 0 overlapping trials, 0 processes
+left, and every fault had the effect its kind promises. ``disk_full`` needs a tmpfs mount (root);
+where that is refused it is left out, and said so.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ KINDS = (
     "driver_sigkill",
     "driver_sigterm",
     "worker_sigkill",
+    "worker_idle",
     "kernel_hang",
     "kernel_crash",
     "gpu_lost",
@@ -220,11 +225,15 @@ class ChaosRun:
                 if rc == 0 and not ledger["lost"]:
                     self.say(f"{d.sweep.directory.name} is complete; the next sweep starts")
                     self.start_main(self.new_main_sweep())
+                elif rc == 0:
+                    self.say(f"{d.sweep.directory.name} ended with {len(ledger['lost'])} job(s) "
+                             f"not measured; the same command again")
+                    self.recover(d, set())
                 else:
                     self.say(f"the driver exited with {rc} by itself: {last_line(d.stderr())}")
                     self.recover(d, set())
                 continue
-            if len(d.sweep.expected()) - len(d.sweep.rows()) < MIN_LEFT:
+            if len(d.sweep.ledger()["lost"]) < MIN_LEFT:  # jobs not measured yet
                 d.wait(600)  # nearly done: a fault now could miss; strike the next sweep
                 continue
             if claimed:
@@ -425,6 +434,50 @@ def fault_worker_sigkill(run: ChaosRun) -> dict[str, Any]:
             "ok": replaced and (d.alive() or d.proc.returncode == 0)}
 
 
+def _pre_kernel(run: ChaosRun, pid: int) -> bool:
+    """Whether the stopped worker ``pid`` is outside a trial's kernel calls: its GPU's trace
+    (``orchestrator.trial_trace``) is gone (between trials) or shows no kernel call begun."""
+    for path in run.journal.glob("*.trace"):
+        with contextlib.suppress(OSError, ValueError):
+            data = json.loads(path.read_text())
+            if data.get("pid") == pid:
+                return data.get("kernel_calls_at") is None
+    return True
+
+
+def fault_worker_idle(run: ChaosRun) -> dict[str, Any]:
+    """``kill -9`` of a worker while no kernel call of a trial runs on it.
+
+    A worker is frozen (SIGSTOP: its trace cannot change any more), its trace read, and it is
+    killed only if no kernel call is under way, else let go (SIGCONT) and another moment tried.
+    It worked if a new worker started within 60 s (or the sweep ended with 0) and no crash row
+    names the killed worker: whatever it held is ``not_measured``.
+    """
+    d = run.driver
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and d.alive():
+        workers = d.workers()
+        if not workers:
+            time.sleep(0.2)
+            continue
+        pid = run.rng.choice(workers)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+            if _pre_kernel(run, pid):
+                news = d.stderr().count("starting a new worker")
+                os.kill(pid, signal.SIGKILL)
+                replaced = wait_for(lambda: d.stderr().count("starting a new worker") > news
+                                    or not d.alive(), 60)
+                crashed = any(r["status"] == "crash" and f"pid {pid} " in (r.get("error") or "")
+                              for r in d.sweep.rows())
+                return {"target": f"worker pid {pid} (outside its kernel calls)",
+                        "ok": replaced and not crashed
+                        and (d.alive() or d.proc.returncode == 0)}
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(run.rng.uniform(0, 0.05))
+    return {"missed": "no worker was outside its kernel calls for a moment"}
+
+
 def _schedule(run: ChaosRun, action: dict[str, Any], status: str) -> dict[str, Any]:
     """Schedule ``action`` on a random GPU; wait until a kernel call takes it and its row is in."""
     from orchestrator import inject
@@ -521,6 +574,7 @@ FAULTS: dict[str, Callable[[ChaosRun], dict[str, Any]]] = {
     "driver_sigkill": fault_driver_sigkill,
     "driver_sigterm": fault_driver_sigterm,
     "worker_sigkill": fault_worker_sigkill,
+    "worker_idle": fault_worker_idle,
     "kernel_hang": fault_kernel_hang,
     "kernel_crash": fault_kernel_crash,
     "gpu_lost": fault_gpu_lost,
@@ -541,9 +595,10 @@ def finish(run: ChaosRun) -> None:
     for _ in range(5):
         d = run.driver
         rc = d.wait(900)
-        if rc == 0:
+        if rc == 0 and not d.sweep.ledger()["lost"]:
             break
-        run.say(f"the driver ended with {rc} after the last fault: {last_line(d.stderr())}")
+        run.say(f"the driver ended with {rc} after the last fault ("
+                f"{len(d.sweep.ledger()['lost'])} job(s) not measured): {last_line(d.stderr())}")
         run.recover(d, descendants(d.pid))
     for uuid in run.uuids():  # a scheduled fault the last trials never reached
         if inject.pending(run.state, uuid):
@@ -552,7 +607,7 @@ def finish(run: ChaosRun) -> None:
     for n, (side, sweep) in enumerate(run.sides):
         for _ in range(5):  # a side sweep a fault stopped (a full disk) is resumed, as the main one
             rc = side.wait(900)
-            if rc == 0:
+            if rc == 0 and not sweep.ledger()["lost"]:
                 break
             run.say(f"{sweep.directory.name} ended with {rc}: {last_line(side.stderr())}; "
                     f"running it again")
@@ -575,7 +630,7 @@ def ledger(run: ChaosRun) -> dict[str, Any]:
     can_fail = sum(failing_kinds[k] for k in ("worker_sigkill", "kernel_hang", "kernel_crash",
                                               "gpu_lost"))
     statuses = Counter(r["status"] for r in rows)
-    failed = sum(n for s, n in statuses.items() if s != "ok")
+    failed = sum(n for s, n in statuses.items() if s not in ("ok", "not_measured"))
     totals = {
         "faults": len(run.faults),
         "faults_by_kind": dict(failing_kinds),
@@ -589,6 +644,9 @@ def ledger(run: ChaosRun) -> dict[str, Any]:
         "lost": sum(len(s["lost"]) for s in sweeps),
         "duplicated": sum(len(s["duplicated"]) for s in sweeps),
         "unexpected": sum(len(s["unexpected"]) for s in sweeps),
+        "not_measured_rows": sum(s["not_measured"] for s in sweeps),
+        "not_measured_retried": sum(len(s["not_measured_retried"]) for s in sweeps),
+        "not_measured_open": sum(len(s["not_measured_open"]) for s in sweeps),
         "rows_by_status": dict(statuses),
         "failed_rows": failed,
         "failed_rows_faults_could_make": can_fail,
@@ -601,7 +659,8 @@ def ledger(run: ChaosRun) -> dict[str, Any]:
         "kinds_not_run": run.not_run,
     }
     met = (totals["lost"] == 0 and totals["duplicated"] == 0 and totals["unexpected"] == 0
-           and not totals["unexplained_failed_rows"] and failed <= can_fail
+           and totals["not_measured_open"] == 0 and not totals["unexplained_failed_rows"]
+           and failed <= can_fail
            and not totals["gpus_left_changed"] and not totals["journal_entries_left"]
            and totals["overlapping_trials"] == 0 and totals["processes_left"] == 0
            and not totals["faults_without_effect"])
@@ -616,8 +675,10 @@ def summary(result: dict[str, Any]) -> str:
     lines = [
         f"chaos: {t['faults']} faults ({by_kind}) over {t['sweeps']} sweeps, "
         f"{t['driver_starts']} driver starts, {result['wall_s']:.0f} s",
-        f"  trials expected {t['expected']} | stored exactly once {t['stored_once']} | "
+        f"  trials expected {t['expected']} | measured exactly once {t['stored_once']} | "
         f"lost {t['lost']} | duplicated {t['duplicated']}",
+        f"  not measured: {t['not_measured_rows']} row(s); jobs measured by a resume "
+        f"{t['not_measured_retried']}; left not measured {t['not_measured_open']}",
         f"  rows: {statuses}; failed rows no fault explains: {len(t['unexplained_failed_rows'])} "
         f"(at most {t['failed_rows_faults_could_make']} could fail, {t['failed_rows']} did)",
         f"  GPUs left changed or lost: {len(t['gpus_left_changed'])} | journal entries left: "
@@ -689,7 +750,7 @@ def run_chaos(root: Path, faults: int, kinds: list[str], seed: int,
 def main(argv: list[str] | None = None) -> int:
     """Run chaos from the command line; exit status 0 when every target was met, else 1."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--faults", type=int, default=32, help="how many faults (default 32)")
+    parser.add_argument("--faults", type=int, default=100, help="how many faults (default 100)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated fault kinds")
     parser.add_argument("--seed", type=int, default=0, help="seeds the kinds' order and moments")
     parser.add_argument("--dir", type=Path, help="work here (default: a new temporary directory)")

@@ -19,7 +19,8 @@ from typing import Any
 EXPLAINED = {
     "crash": ("the worker process died", "injected fault"),
     "timeout": ("no result after",),
-    "device_error": ("fallen off the bus", "is lost", "GPU_IS_LOST", "not run: no GPU"),
+    "device_error": ("fallen off the bus", "is lost", "GPU_IS_LOST"),
+    "not_measured": ("the worker process died", "not run:", "its node was lost"),
 }
 
 
@@ -167,22 +168,28 @@ class Sweep:
             return []
 
     def ledger(self) -> dict[str, Any]:
-        """Expected, stored exactly once, lost, duplicated; rows by status."""
+        """Per job: measured exactly once, lost (never measured), duplicated (measured twice, or
+        one repeat stored twice); not-measured rows, and those a later attempt measured."""
         by_job: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         rows = self.rows()
         for r in rows:
             by_job[(r["workload"], int(r["sm_clock_max_mhz"]))].append(r)
         expected = self.expected()
-        once = [j for j in expected if len(by_job.get(j, [])) == 1]
-        twice = [j for j, rs in by_job.items() if len(rs) > 1]
+        measured = {j: [r for r in rs if r["status"] != "not_measured"] for j, rs in by_job.items()}
+        once = [j for j in expected if len(measured.get(j, [])) == 1]
+        twice = [j for j, rs in measured.items() if len(rs) > 1]
+        unmeasured = [j for j, rs in by_job.items() if len(rs) > len(measured[j])]
         return {
             "dir": str(self.directory),
             "role": self.role,
             "expected": len(expected),
             "stored_once": len(once),
-            "lost": sorted(f"{w}@{c}" for w, c in expected - set(by_job)),
+            "lost": sorted(f"{w}@{c}" for w, c in expected if not measured.get((w, c))),
             "duplicated": sorted(f"{w}@{c}" for w, c in twice),
             "unexpected": sorted(f"{w}@{c}" for w, c in set(by_job) - expected),
+            "not_measured": sum(len(by_job[j]) - len(measured[j]) for j in unmeasured),
+            "not_measured_retried": sorted(f"{w}@{c}" for w, c in unmeasured if measured[(w, c)]),
+            "not_measured_open": sorted(f"{w}@{c}" for w, c in unmeasured if not measured[(w, c)]),
             "statuses": dict(Counter(r["status"] for r in rows)),
             "rows": rows,
         }

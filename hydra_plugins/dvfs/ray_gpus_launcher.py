@@ -36,6 +36,7 @@ class RayGpusLauncherConf:
     lease_wait_s: Optional[float] = (
         None  # wait for a GPU another sweep holds; null: as long as it takes
     )
+    retry: str = "not_measured"  # stored trials a re-run runs again: never|not_measured|failed
     num_cpus: float = 0.0  # CPUs each worker reserves (keep 0 unless Ray must spread CPU load)
     resources: Dict[str, float] = field(default_factory=dict)  # custom Ray resources per worker
     log_to_driver: bool = False  # show the workers' stdout/stderr here

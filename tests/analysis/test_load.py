@@ -71,3 +71,33 @@ def test_import_analysis_stays_light():
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _trial(key, attempt, status, started_at, config_hash="h1", gpu="GPU-a"):
+    return {"trial_key": key, "repeat": 0, "attempt": attempt, "status": status,
+            "started_at": started_at, "config_hash": config_hash, "device_uuid": gpu,
+            "workload": "gemm", "framework": "jax"}
+
+
+def test_load_gives_each_trials_latest_attempt_unless_asked_for_all(tmp_path):
+    write(tmp_path, [
+        _trial("k1", 1, "not_measured", 1.0), _trial("k1", 2, "ok", 2.0),  # retried, same GPU
+        _trial("k2", 1, "crash", 1.0, "h2"),
+        # placement=any: the job measured nothing on GPU a, then was measured on GPU b
+        _trial("k3a", 1, "not_measured", 1.0, "h3", "GPU-a"), _trial("k3b", 1, "ok", 2.0, "h3"),
+        # and one measured nothing after its last measurement: it stays
+        _trial("k4a", 1, "ok", 1.0, "h4"), _trial("k4b", 1, "not_measured", 2.0, "h4", "GPU-b"),
+    ])
+    latest = load(tmp_path)
+    assert sorted(zip(latest["trial_key"], latest["attempt"], latest["status"])) == [
+        ("k1", 2, "ok"), ("k2", 1, "crash"), ("k3b", 1, "ok"), ("k4a", 1, "ok"),
+        ("k4b", 1, "not_measured")]
+    assert len(load(tmp_path, attempts="all")) == 7
+    with pytest.raises(UserError, match="attempts='first'"):
+        load(tmp_path, attempts="first")
+
+
+def test_rows_from_before_attempts_read_as_first_attempts_with_who_failed(tmp_path):
+    write(tmp_path, [{"trial_key": "old", "repeat": 0, "status": "crash"}])
+    df = load(tmp_path)
+    assert (df["attempt"].iat[0], df["failed_by"].iat[0]) == (1, "setting")

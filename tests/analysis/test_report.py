@@ -156,3 +156,28 @@ def test_a_sweep_on_real_gpus_has_no_simulator_note(tmp_path, make_rows):
         r["backend"] = "nvml"
     md = _report_md(tmp_path, rows)
     assert "simulated" not in md and "planted" not in md
+
+
+def test_not_measured_trials_are_listed_apart_and_a_later_attempt_replaces_one(tmp_path, make_rows):
+    import csv
+
+    rows = make_rows(repeats=1, workloads=("gemm",), frameworks=("jax",),
+                     jax_fails_below_mhz=None)
+    for r in rows:  # one job per setting, as real rows hash their settings
+        r["config_hash"] = f"h-{r['trial_key']}"
+    retried, unmeasured = rows[0], rows[1]
+    earlier = {**retried, "attempt": 1, "status": "not_measured", "failed_by": "circumstances",
+               "error": "the worker process died; not measured", "valid": False}
+    rows[0] = {**retried, "attempt": 2}
+    rows[1] = {**unmeasured, "status": "not_measured", "failed_by": "circumstances",
+               "error": "not run: GPU 0 is lost", "valid": False}
+    md = _report_md(tmp_path, [earlier, *rows])
+    nm = md.split("## Not measured")[1]
+    assert "1 trial row(s) measured nothing" in nm and "not run: GPU 0 is lost" in nm
+    assert "the worker process died" not in md  # attempt 2 measured it: the old one is history
+    assert "not_measured" not in md.split("## Failed and invalid trials")[1].split("## Not")[0]
+    with open(tmp_path / "out" / "trials.csv", newline="") as f:
+        stored = list(csv.DictReader(f))
+    assert len(stored) == len(rows)  # each trial's latest attempt
+    assert {(r["trial_key"], r["attempt"]) for r in stored if r["trial_key"] == retried[
+        "trial_key"]} == {(retried["trial_key"], "2")}

@@ -202,10 +202,10 @@ def trial(ctx, tmp_path, kernels, *overrides):
     return run_trial(ctx, JobSpec.from_config(cfg))
 
 
-def test_an_unhealthy_gpu_gives_device_error_rows_and_no_setting_is_touched(gpu0, tmp_path):
+def test_an_unhealthy_gpu_gives_not_measured_rows_and_no_setting_is_touched(gpu0, tmp_path):
     sim.simDeviceInjectEccErrors(handle(0), 1)
     rows = trial(gpu0, tmp_path, NoKernels(), "device.power_limit_w=250", "measure.repeats=2")
-    assert [r["status"] for r in rows] == ["device_error", "device_error"]
+    assert [(r["status"], r["failed_by"]) for r in rows] == [("not_measured", "circumstances")] * 2
     uuid = gpu0.device.identity.uuid
     assert rows[0]["error"].startswith(f"not run: GPU 0 ({uuid}) had 1 uncorrected ECC error(s)")
     assert gpu0.device.settings().power_limit_w == 400
@@ -215,16 +215,19 @@ def test_an_unhealthy_gpu_gives_device_error_rows_and_no_setting_is_touched(gpu0
 def test_a_gpu_lost_during_a_trial_takes_no_further_trials(gpu0, tmp_path):
     rows = trial(gpu0, tmp_path, LosesTheGpu(handle(0)))
     assert rows[0]["status"] == "device_error" and "fallen off the bus" in rows[0]["error"]
+    assert rows[0]["failed_by"] == "device"  # during its kernel calls: kept, no evidence
     # back on the bus (a lost GPU has no NVML handle: the sim's own lookup): still retired here
     sim.simDeviceSetLost(sim.simDeviceGetHandleByIndex(0), False)
     again = trial(gpu0, tmp_path, NoKernels())
-    assert again[0]["status"] == "device_error"
+    assert again[0]["status"] == "not_measured"  # before it began: nothing measured
     assert again[0]["error"].startswith(
         f"not run: GPU 0 ({gpu0.device.identity.uuid}) is lost"
     ), again[0]["error"]
 
 
-def test_a_sweep_on_a_gpu_over_its_slowdown_temperature_records_why_and_goes_on(tmp_path):
+def test_a_sweep_on_a_gpu_over_its_slowdown_temperature_records_why_and_a_rerun_measures_it(
+    tmp_path,
+):
     import os
     import subprocess
 
@@ -237,12 +240,21 @@ def test_a_sweep_on_a_gpu_over_its_slowdown_temperature_records_why_and_goes_on(
         sim.simDeviceSetTemperatureC(handle(0), 95)
     sweep = [*DVFS, "sweep", "-m", "hydra/launcher=basic", *SIM(tmp_path), "measure.settle_s=0",
              f"hydra.sweep.dir={tmp_path / 'sweep'}", "device.sm_clock_mhz=1200,1305"]
-    out = subprocess.run(sweep, cwd=tmp_path, env=dict(os.environ, DVFS_SIM_STATE_DIR=str(state)),
-                         capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, DVFS_SIM_STATE_DIR=str(state))
+    out = subprocess.run(sweep, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     with ResultStore(tmp_path / "sweep", readonly=True) as store:
         rows = store.rows()
-    assert [r["status"] for r in rows] == ["device_error", "device_error"]
+    assert [r["status"] for r in rows] == ["not_measured", "not_measured"]
     assert all("is at 95 C, at or above its slowdown threshold of 89 C" in r["error"] for r in rows)
-    assert "device_error: not run: GPU 0 (GPU-" in out.stdout
+    assert "not_measured: not run: GPU 0 (GPU-" in out.stdout
     assert not list((state / "journal").glob("*.json"))
+    with open_backend({"backend": "sim", "state_dir": str(state)}):  # cooled down
+        sim.simDeviceSetTemperatureC(handle(0), 40)
+    again = subprocess.run(sweep, cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr
+    with ResultStore(tmp_path / "sweep", readonly=True) as store:
+        rows = store.rows()
+    assert sorted((r["attempt"], r["status"]) for r in rows) == [
+        (1, "not_measured"), (1, "not_measured"), (2, "ok"), (2, "ok")]  # both attempts kept

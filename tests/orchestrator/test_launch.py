@@ -182,6 +182,9 @@ def test_a_worker_killed_mid_trial_is_a_crash_and_its_gpu_is_restored(sim4, tmp_
     crashed = [r for r in rows if r["status"] != "ok"]
     assert [(r["status"], r["device_uuid"]) for r in crashed] == [("crash", gpu1)]
     assert "worker process died" in crashed[0]["error"]
+    # its trace showed the trial inside its kernel calls: the kernel's crash, the setting's
+    assert "it died in the trial's kernel calls" in crashed[0]["error"]
+    assert crashed[0]["failed_by"] == "setting"
     assert (
         len({r["launch"]["worker_pid"] for r in rows if r["device_uuid"] == gpu1}) == 2
     )  # replaced
@@ -391,3 +394,120 @@ def test_a_gpu_that_falls_off_the_bus_takes_no_further_trials_and_the_report_nam
         backend.close()
     assert [(a.uuid, a.restored) for a in actions] == [(gpu1, ("sm_clock",))]
     assert sim_gpu(sim4, 1)["locked_sm_mhz"] is None and not list((sim4 / "journal").glob("*.json"))
+
+
+# --- resume that loses nothing ------------------------------------------------------------------
+def _kill_when_paused(trace: Path, killed: list[dict], timeout_s: float = 120) -> None:
+    """SIGKILL the worker whose trace shows a trial that has not begun its kernel calls."""
+    import signal
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not killed:
+        try:
+            data = json.loads(trace.read_text())
+        except (FileNotFoundError, ValueError):
+            data = None
+        if data is not None and data["kernel_calls_at"] is None:
+            os.kill(data["pid"], signal.SIGKILL)
+            killed.append(data)
+        time.sleep(0.02)
+
+
+def test_a_worker_killed_from_outside_before_its_kernel_calls_is_not_measured_and_rerun(
+    sim4, tmp_path
+):
+    from orchestrator.pool import close_pool
+    from orchestrator.trial_trace import trace_path
+
+    d = tmp_path / "outside"
+    gpu3 = uuids_in_pci_order(sim4)[3]
+    args = ["hydra.launcher.placement=every", "device.sm_clock_mhz=1065,1140",
+            "device.inject={pause_s:120,gpu:3}", "seed=31", f"hydra.sweep.dir={d}"]
+    killed: list[dict] = []
+    watcher = threading.Thread(target=_kill_when_paused,
+                               args=(trace_path(sim4 / "journal", gpu3), killed))
+    watcher.start()
+    try:
+        assert sweep(*args) == 0
+    finally:
+        watcher.join()
+    assert len(killed) == 1  # killed from outside while its trial waited for its first call
+    rows = stored(d)
+    assert len(rows) == 8
+    (lost,) = [r for r in rows if r["status"] != "ok"]
+    assert (lost["status"], lost["failed_by"], lost["device_uuid"], lost["attempt"]) == (
+        "not_measured", "circumstances", gpu3, 1)
+    assert "died before the trial began its kernel calls" in lost["error"]
+    assert lost["trial_key"] == killed[0]["trial_key"]
+
+    close_pool()  # the same command again, as a user runs it: a new process, new workers
+    assert sweep(*args) == 0
+    again = stored(d)
+    by_key = defaultdict(list)
+    for r in again:
+        by_key[r["trial_key"]].append((r["attempt"], r["status"]))
+    assert sorted(by_key.pop(lost["trial_key"])) == [(1, "not_measured"), (2, "ok")]
+    assert sorted(by_key.values()) == [[(1, "ok")]] * 7  # the measured ones were not run again
+
+
+def test_a_gpu_lost_and_brought_back_gets_its_skipped_jobs_run_by_the_rerun(sim4, tmp_path):
+    from orchestrator.devices import journal_dir, open_backend
+    from orchestrator.devices.sim import nvml as sim
+    from orchestrator.journal import Journal, restore_journal
+    from orchestrator.pool import close_pool
+
+    d = tmp_path / "lost-back"
+    gpu2 = uuids_in_pci_order(sim4)[2]
+    args = ["hydra.launcher.placement=every", "device.sm_clock_mhz=1065,1140,1215",
+            "device.inject={lose_gpu:true,at_call:2,gpu:2}", "seed=37", f"hydra.sweep.dir={d}"]
+    try:
+        assert sweep(*args) == 0
+        on_gpu2 = [r for r in stored(d) if r["device_uuid"] == gpu2]
+        assert sorted((r["status"], r["failed_by"]) for r in on_gpu2) == [
+            ("device_error", "device"),  # lost during its kernel calls: kept, not retried
+            ("not_measured", "circumstances"), ("not_measured", "circumstances")]
+        close_pool()
+        sim.nvmlInit()
+        try:  # the GPU is reset (back on the bus), and `dvfs restore` undoes the failed trial
+            sim.simDeviceSetLost(sim.simDeviceGetHandleByUUID(gpu2), False)
+        finally:
+            sim.nvmlShutdown()
+        backend = open_backend({"backend": "sim"}, join_existing=True)
+        try:
+            restore_journal(Journal(journal_dir({"backend": "sim"})),
+                            lambda u: backend.device(uuid=u))
+        finally:
+            backend.close()
+        assert sweep(*args) == 0
+        again = [r for r in stored(d) if r["device_uuid"] == gpu2]
+        assert sorted((r["attempt"], r["status"]) for r in again) == [
+            (1, "device_error"), (1, "not_measured"), (1, "not_measured"), (2, "ok"), (2, "ok")]
+        assert len(stored(d)) == 12 + 2  # 3 jobs x 4 GPUs once, and the two re-run beside them
+    finally:
+        close_pool()
+
+
+def test_a_sim_fault_below_the_threshold_is_the_settings_failure_and_is_not_retried(
+    sim4, tmp_path
+):
+    from orchestrator.devices.sim import nvml as sim
+    from orchestrator.pool import close_pool
+
+    sim.nvmlInit()
+    try:  # GPU 2's seeded GEMM threshold: 600 MHz lies far below it
+        threshold = sim.simDeviceGetStabilityThresholdMhz(sim.nvmlDeviceGetHandleByIndex(2), "gemm")
+    finally:
+        sim.nvmlShutdown()
+    assert threshold > 700
+    d = tmp_path / "below"
+    args = ["workload=gemm", "device.gpus=[2]", "device.sm_clock_mhz=600", "seed=41",
+            f"hydra.sweep.dir={d}"]
+    assert sweep(*args) == 0
+    (row,) = stored(d)
+    assert row["status"] in ("wrong", "nondeterministic", "crash") and row["failed_by"] == "setting"
+    close_pool()
+    assert sweep(*args) == 0  # default retry=not_measured: the setting's failure is a result
+    assert [(r["attempt"], r["status"]) for r in stored(d)] == [(1, row["status"])]
+    assert sweep(*args, "hydra.launcher.retry=failed") == 0  # asked for: it runs again
+    assert [r["attempt"] for r in stored(d)] == [1, 2]
+    close_pool()

@@ -16,8 +16,8 @@ from orchestrator.jobs import (
     JobSpec,
     machine_key,
     record_sweep,
-    stored_trial,
-    stored_trials,
+    resume_of,
+    resume_trials,
     sweep_id_for,
     trial_key,
 )
@@ -26,6 +26,7 @@ from orchestrator.rows import (
     Outcome,
     Status,
     TrialRow,
+    failed_by,
     fails_setting,
     failure_rows,
     outcome_of,
@@ -91,10 +92,57 @@ def test_resume_finds_a_trial_only_when_every_repeat_is_stored(tmp_path):
         assert store.get_meta("sweep")["config"] == job.resolved
         rows = failure_rows(job, IDENTITY, Status.CRASH, "boom", sweep_id=job.sweep_id)
         store.put(rows[0])
-        assert stored_trial(store, key, job.repeats) is None
+        half = resume_trials(store, [key], job.repeats)[key]
+        assert half.run and half.attempt == 2 and half.rows is None  # again, as a new attempt
         store.put(rows[1])
-        assert [r["repeat"] for r in stored_trial(store, key, job.repeats)] == [0, 1]
-        assert stored_trials(store, [key, "no-such-key"], job.repeats).keys() == {key}
+        whole = resume_trials(store, [key, "no-such-key"], job.repeats)
+        assert not whole[key].run and [r["repeat"] for r in whole[key].rows] == [0, 1]
+        assert whole["no-such-key"].run and whole["no-such-key"].attempt == 1
+
+
+def _attempt(status: str, attempt: int, repeats: int = 2) -> list[dict]:
+    return [{"repeat": r, "attempt": attempt, "status": status} for r in range(repeats)]
+
+
+@pytest.mark.parametrize(
+    "stored, retry, runs",
+    [
+        (_attempt("not_measured", 1), "not_measured", True),  # measured nothing: again
+        (_attempt("not_measured", 1), "never", False),
+        (_attempt("crash", 1), "not_measured", False),  # the setting's failure is a result
+        (_attempt("crash", 1), "failed", True),
+        (_attempt("ok", 1), "failed", False),
+        (_attempt("not_measured", 1) + _attempt("ok", 2), "not_measured", False),  # done since
+        (_attempt("ok", 1) + _attempt("not_measured", 2), "not_measured", True),  # the latest
+    ],
+)
+def test_the_retry_policy_runs_again_only_what_its_latest_attempt_leaves_open(stored, retry, runs):
+    resume = resume_of(stored, repeats=2, retry=retry)
+    latest = max(r["attempt"] for r in stored)
+    assert resume.run is runs and resume.attempt == latest + 1
+    assert [r["attempt"] for r in resume.rows] == [latest, latest]
+
+
+def test_rows_stored_before_attempts_existed_are_a_first_attempt():
+    resume = resume_of([{"repeat": 0, "status": "not_measured"}], repeats=1, retry="not_measured")
+    assert resume.run and resume.attempt == 2
+
+
+def test_every_status_says_who_failed():
+    assert {s.value: failed_by(s) for s in Status} == {
+        "ok": None, "wrong": "setting", "nondeterministic": "setting", "crash": "setting",
+        "timeout": "setting", "device_error": "device", "not_measured": "circumstances",
+    }
+
+
+def test_a_not_measured_trial_is_no_evidence_about_its_setting():
+    rows = failure_rows(JobSpec.from_config(compose([])), IDENTITY, Status.NOT_MEASURED,
+                        "not run: lost", sweep_id="s", attempt=3)
+    assert {(r["status"], r["failed_by"], r["attempt"]) for r in rows} == {
+        ("not_measured", "circumstances", 3)}
+    outcome = outcome_of(rows)
+    assert outcome.passed is None and outcome.status == "not_measured"
+    assert not fails_setting(rows[0]["status"])
 
 
 def test_failure_rows_have_every_column_of_a_measured_row():
@@ -115,7 +163,7 @@ def _row(status, valid=True, iters=10, error=None, key="k"):
 
 
 def test_a_device_error_is_no_evidence_about_the_setting_and_a_crash_is():
-    assert [fails_setting(s) for s in Status] == [False, True, True, True, True, False]
+    assert [fails_setting(s) for s in Status] == [False, True, True, True, True, False, False]
     assert not fails_setting(None)
     assert outcome_of([_row("device_error", error="GPU lost\nmore")]) == Outcome(
         None, 10, "device_error", "GPU lost"

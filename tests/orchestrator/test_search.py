@@ -185,6 +185,25 @@ def test_a_device_error_is_no_evidence_about_the_setting():
     assert r.failure_statuses == "wrong×1" and "device_error" not in (r.note or "")
 
 
+def test_a_not_measured_trial_is_retried_and_never_fails_its_value():
+    """A worker killed from outside at a value measured nothing: the search asks again."""
+    killed = {"status": "not_measured", "valid": False, "iterations": 0,
+              "error": "the worker process died; not measured"}
+    asked: list[float] = []
+
+    def trial(p):  # the threshold is at 3; the first trial at every value measures nothing
+        asked.append(p.value)
+        if asked.count(p.value) == 1:
+            return outcome_of([killed])
+        ok = p.value >= 3
+        return Outcome(ok, 100, "ok" if ok else "wrong")
+
+    r = run_search(ThresholdSearch(list(range(8)), 200, coarse_points=8, confirm_trials=1), trial)
+    assert r.stable_value == 3 and r.failing_value == 2
+    assert "not_measured" not in (r.failure_statuses or "")
+    assert asked.count(3) >= 2  # asked again after the trial that measured nothing
+
+
 # --- the search space -------------------------------------------------------------------------
 CAPS = DeviceCapabilities(
     mem_clocks_mhz=(1215,), sm_clocks_mhz={1215: tuple(reversed(CLOCKS))}, power_limit_min_w=100,

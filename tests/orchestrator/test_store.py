@@ -242,7 +242,7 @@ def test_rows_for_gives_each_asked_key_its_rows_in_repeat_order(tmp_path):
         assert [(r["trial_key"], r["repeat"]) for r in found["a"]] == [("a", 0)]
         assert store.rows_for([]) == {}
     with ResultStore(tmp_path, readonly=True) as ro:  # a reader asks the same
-        assert ro.rows_for(["c"]) == {"c": [row("c", 0)]}
+        assert ro.rows_for(["c"]) == {"c": [{**row("c", 0), "attempt": 1}]}  # the first
 
 
 def test_rows_for_ten_thousand_keys_is_one_indexed_query_per_batch(tmp_path):
@@ -336,3 +336,66 @@ def test_a_sweep_directory_is_claimed_by_one_process_until_it_dies(tmp_path):
     finally:
         again.kill()
         again.wait(timeout=10)
+
+
+# --- attempts -------------------------------------------------------------------------------------
+def test_a_second_attempt_is_stored_beside_the_first_and_neither_is_rewritten(tmp_path):
+    with ResultStore(tmp_path) as store:
+        assert store.put(row("k", 0, status="not_measured"))
+        assert store.put(row("k", 0, attempt=2, status="ok"))
+        assert not store.put(row("k", 0, attempt=2, status="wrong"))  # that attempt is stored
+        found = store.rows_for(["k"])["k"]
+    assert [(r["attempt"], r["status"]) for r in found] == [(1, "not_measured"), (2, "ok")]
+
+
+def test_rows_for_orders_a_keys_rows_by_attempt_then_repeat(tmp_path):
+    with ResultStore(tmp_path) as store:
+        for attempt, repeat in [(2, 1), (1, 1), (2, 0), (1, 0)]:
+            store.put(row("k", repeat, attempt=attempt))
+        found = store.rows_for(["k"])["k"]
+    assert [(r["attempt"], r["repeat"]) for r in found] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+
+
+@pytest.mark.parametrize("attempt", [0, -1, 1.5, "2", True])
+def test_a_row_with_a_bad_attempt_is_refused(tmp_path, attempt):
+    with ResultStore(tmp_path) as store, pytest.raises(StoreError, match="'attempt' must be"):
+        store.put(row("k", attempt=attempt))
+
+
+def _version_1_store(path: Path, rows: list[dict]) -> None:
+    """A store as schema version 1 wrote it: no attempt column, UNIQUE (trial_key, repeat)."""
+    import json
+
+    with sqlite3.connect(path / STORE_FILENAME) as conn:
+        conn.execute(
+            "CREATE TABLE trials (id INTEGER PRIMARY KEY AUTOINCREMENT, trial_key TEXT NOT NULL, "
+            "repeat INTEGER NOT NULL, status TEXT, device_uuid TEXT, workload TEXT, "
+            "framework TEXT, started_at REAL, stored_at REAL NOT NULL, row_json TEXT NOT NULL, "
+            "UNIQUE (trial_key, repeat))"
+        )
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value_json TEXT NOT NULL, "
+                     "stored_at REAL NOT NULL)")
+        conn.executemany(
+            "INSERT INTO trials (trial_key, repeat, status, stored_at, row_json) "
+            "VALUES (?, ?, ?, 0, ?)",
+            [(r["trial_key"], r["repeat"], r["status"], json.dumps(r)) for r in rows],
+        )
+        conn.execute("PRAGMA user_version = 1")
+
+
+def test_a_version_1_store_is_read_as_it_is_and_migrated_by_a_writer(tmp_path):
+    _version_1_store(tmp_path, [row("a", 0, status="not_measured"), row("b", 0)])
+    with ResultStore(tmp_path, readonly=True) as ro:  # a reader changes nothing
+        assert ro.schema_version == 1
+        assert [r["status"] for r in ro.rows_for(["a"])["a"]] == ["not_measured"]
+    with ResultStore(tmp_path) as store:
+        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.keys() == {("a", 0), ("b", 0)}  # every row kept, as a first attempt
+        assert store.put(row("a", 0, attempt=2))  # a second attempt now fits beside it
+        found = store.rows_for(["a"])["a"]
+    assert [(r.get("attempt", 1), r["status"]) for r in found] == [(1, "not_measured"), (2, "ok")]
+    with sqlite3.connect(tmp_path / STORE_FILENAME) as conn:
+        attempts = conn.execute("SELECT trial_key, attempt FROM trials ORDER BY id").fetchall()
+        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert attempts == [("a", 1), ("b", 1), ("a", 2)]
+    assert {f"trials_{c}" for c in ("status", "device_uuid", "workload")} <= indexes
