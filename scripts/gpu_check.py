@@ -19,7 +19,8 @@ Sections (each with its own time budget; a failing one is recorded and the other
   average in about a second; Hopper's ``nvmlDeviceGetPowerUsage`` is the latter). The identity
   section says which reading the adapter takes for instant (``power_sensing``).
 - ``sweep``: every workload at the ``gpu`` preset in JAX and TensorFlow through
-  ``dvfs sweep device=nvml device.observe_only=true`` (one-second windows, one repeat), read back
+  ``dvfs sweep -m device=nvml device.observe_only=true hydra/launcher=basic`` (one-second
+  windows, one repeat; one GPU needs no Ray), read back
   from its store: status, time per iteration, TFLOP/s or GB/s, energy per iteration, mean power,
   relative error, determinism mismatches.
 - ``window_overhead``: ``scripts/bench_window.py --device nvml --preset gpu --json ...``: the time
@@ -497,6 +498,7 @@ def run_sweep(cfg: CheckConfig, timeout_s: float) -> dict:
     sweep_dir = cfg.out_dir / "sweep"
     cmd = [
         sys.executable, "-m", "orchestrator.cli", "sweep", "-m", *sweep_overrides(cfg),
+        "hydra/launcher=basic",  # one GPU, one process: no Ray to start (nor to install)
         f"workload={','.join(cfg.workloads)}", f"framework={','.join(cfg.frameworks)}",
         f"workload.size={cfg.preset}", "measure.window_s=1.0", "measure.repeats=1",
         "measure.settle_s=0.2", "measure.warmup_iters=2", f"hydra.sweep.dir={sweep_dir}",
@@ -555,6 +557,7 @@ def run_window_bench(cfg: CheckConfig, timeout_s: float, script: Path | None = N
     cmd = [
         sys.executable, str(script), "--device", cfg.device, "--preset", cfg.preset,
         "--window-s", "1", "--rounds", "1", "--json", str(json_path),
+        "--frameworks", *cfg.frameworks,
     ]
     result = run_bounded(cmd, timeout_s, cfg.out_dir / "bench_window.log", subprocess_env())
     if json_path.exists():
