@@ -37,8 +37,12 @@ Three ways to get joules, chosen per device (``measure.meter=auto`` picks the fi
 Time is the device's own (``Device.now_s``): wall time on hardware, the virtual clock on the sim.
 On the sim, whose clock moves only with kernel calls, the trial calls ``tick()`` after each call;
 on hardware a background thread reads the counter every ``COUNTER_WATCH_S`` and samples power at
-``poll_hz``, and ``tick()`` costs nothing, so the loop that dispatches kernels does no host work
-for the meter.
+``poll_hz``, and ``tick()`` and ``counter_updates()`` cost nothing (the latter returns what the
+thread has seen), so the loop that dispatches kernels, edge waits included, reads no sensor. An
+NVML read is not free: on one H200 in a VM each took ~5 ms (``scripts/gpu_check.py``: 482 energy
+reads in 2.5 s), during which a GPU whose host waits for it runs nothing. The window closes at
+the time its caller passes to ``stop(end_s=...)``, taken at its last synchronisation, before
+the reader thread is joined and the closing sensors are read.
 """
 
 from __future__ import annotations
@@ -193,6 +197,7 @@ class EnergyMeter:
         self._edges_s: list[float] = []
         self._open = False
         self._armed = False
+        self._pre: Sample | None = None  # hardware: the sensors, read before the start edge
 
     def _read(self, *, time_last: bool = False) -> Sample:
         """Read every sensor. The time is read first (closing a window: the reads fall after it)
@@ -225,22 +230,36 @@ class EnergyMeter:
 
     # --- watching the counter ----------------------------------------------------------------
     def arm(self) -> None:
-        """Begin watching the energy counter (and, on hardware, start the background reader)."""
+        """Begin watching the energy counter (and, on hardware, start the background reader,
+        after one reading of every sensor that ``start`` may use at the edge)."""
         if self.method == "counter":
             self._last_energy = self.device.energy_mj()
         self._updates = 0
         self._edges_s = []
         self._armed = True
         if self._background and self.method != "none":
+            self._pre = self._read()
             self._stop.clear()
             self._thread = threading.Thread(target=self._poll, name="dvfs-meter", daemon=True)
             self._thread.start()
 
     def counter_updates(self) -> int:
-        """Updates of the energy counter seen since ``arm()`` (read now; 0 without a counter)."""
-        if self.method == "counter":
+        """Updates of the energy counter seen since ``arm()`` (0 without a counter): what the
+        background reader has seen on hardware (no NVML read here), read now on the sim."""
+        if self.method == "counter" and self._thread is None:
             self._watch_counter()
-        return self._updates
+        with self._lock:
+            return self._updates
+
+    def last_edge_s(self) -> float | None:
+        """When the latest counter update was seen (``Device.now_s``; None: none yet)."""
+        with self._lock:
+            return self._edges_s[-1] if self._edges_s else None
+
+    @property
+    def start_s(self) -> float:
+        """When the open window began."""
+        return self._samples[0].t_s
 
     def _watch_counter(self) -> None:
         value = self.device.energy_mj()
@@ -251,11 +270,22 @@ class EnergyMeter:
                 self._edges_s.append(self.device.now_s())
 
     # --- the window ----------------------------------------------------------------------------
-    def start(self) -> None:
-        """Open the window now (the caller has synchronised the framework)."""
+    def start(self, at_s: float | None = None) -> None:
+        """Open the window (the caller has synchronised the framework).
+
+        Args:
+            at_s: on hardware, the time the reader saw the counter edge the window opens on:
+                the window begins there, at the energy the reader saw, and nothing is read now
+                (the caller counts the calls that ran after it). None, or on the sim: now.
+        """
         if not self._armed:
             self.arm()
-        first = self._read(time_last=True)
+        if at_s is not None and self._thread is not None and self._pre is not None:
+            with self._lock:
+                first = Sample(t_s=at_s, power_mw=self._pre.power_mw, energy_mj=self._last_energy,
+                               sm_clock_mhz=self._pre.sm_clock_mhz, reasons=self._pre.reasons)
+        else:
+            first = self._read(time_last=True)
         with self._lock:
             if self.method == "counter":
                 if first.energy_mj != self._last_energy:  # moved since the caller last looked
@@ -306,13 +336,21 @@ class EnergyMeter:
             self._thread = None
         self._armed = False
 
-    def stop(self) -> Measurement:
-        """Take the last reading and compute the window's energy and power."""
+    def stop(self, end_s: float | None = None) -> Measurement:
+        """Take the last reading and compute the window's energy and power.
+
+        Args:
+            end_s: when the window ended (``Device.now_s``), taken by the caller at its last
+                synchronisation; None: now. The reader thread's join and the closing sensor
+                reads (milliseconds each on some machines) then fall after the window.
+        """
         self.close()
         if self.method == "counter":
             self._watch_counter()
         self._take()
         self._open = False
+        if end_s is not None:
+            self._samples[-1].t_s = min(end_s, self._samples[-1].t_s)
         samples = list(self._samples)
         t0, t1 = samples[0].t_s, samples[-1].t_s
         duration = max(t1 - t0, 0.0)

@@ -11,7 +11,10 @@ A window times the device, not the host. Judged by what each line would cost on 
 - **Windows sit on energy-counter edges.** With a counter, the kernel runs until the counter has
   just moved, the window opens, and at its end the kernel runs on until the counter moves again
   (each wait bounded by ``measure.counter_edge_wait_s``): the energy read is then the energy
-  between two updates, with no quantisation at either end (see ``orchestrator/meter.py``).
+  between two updates, with no quantisation at either end (see ``orchestrator/meter.py``). On
+  hardware the edge waits ask the meter's reader thread, never NVML itself: one NVML read took
+  ~5 ms on an H200, and a host that reads after each call leaves the GPU idle that long; the
+  window ends at its last synchronisation, before the closing reads.
 - **Checks stay on the device.** Each checked call's output is reduced on the device to an 8-byte
   fingerprint (``kernels/fingerprint.py``); fingerprints and the few sampled outputs for the
   float64 reference check (calls 1, 2, 4, ... and the last) reach the host after the calls.
@@ -198,21 +201,37 @@ def _edge_chunk(per_call_s: float | None) -> int:
     return max(1, min(MAX_CHUNK, int(EDGE_CHUNK_S / per_call_s)))
 
 
+@dataclass
+class Edge:
+    """How an edge wait ended: the counter moved (``found``, seen at ``at_s``), ``made`` calls,
+    ``after`` of them finished after the edge was seen (on hardware the reader thread sees it,
+    a few milliseconds before the loop asks; on the sim, at once: 0)."""
+
+    found: bool
+    at_s: float | None
+    made: int
+    after: int
+
+
 def _await_edge(calls: KernelCalls, meter: EnergyMeter, per_call_s: float | None, wait_s: float,
-                recorder: _Recorder | None) -> tuple[bool, int]:
-    """Keep the kernel running until the energy counter moves; (found it, calls made)."""
+                recorder: _Recorder | None) -> Edge:
+    """Keep the kernel running until the energy counter moves."""
     device = calls.device
     seen = meter.counter_updates()
     deadline = device.now_s() + wait_s
     made = 0
+    synced: list[tuple[float, int]] = []  # (when a chunk was done, calls done by then)
     while True:
         k = _edge_chunk(per_call_s)
         calls.run(k, recorder)
         made += k
+        synced.append((device.now_s(), made))
         if meter.counter_updates() > seen:
-            return True, made
+            at_s = meter.last_edge_s()
+            by_edge = max((n for t, n in synced if at_s is not None and t <= at_s), default=0)
+            return Edge(True, at_s, made, made - by_edge)
         if device.now_s() >= deadline:
-            return False, made
+            return Edge(False, None, made, 0)
 
 
 @dataclass
@@ -236,25 +255,31 @@ def measure_window(kernel: Any, device: Device, work: KernelWork, m: Any,
     aligned: bool | None = None
     meter.arm()
     try:
+        n = 0  # calls inside the window
         if meter.method == "counter":
-            aligned, _ = _await_edge(calls, meter, None, m.counter_edge_wait_s, None)
-        meter.start()
-        t0 = device.now_s()
-        n = 0
+            edge = _await_edge(calls, meter, None, m.counter_edge_wait_s, None)
+            aligned = edge.found
+            meter.start(at_s=edge.at_s)
+            n = edge.after if edge.at_s == meter.start_s else 0  # ran after the window opened
+        else:
+            meter.start()
+        t0 = meter.start_s
         per_call_s = 0.0
         while True:
-            k = 1 if n == 0 else _chunk(per_call_s, m.window_s, m.max_iters - n)
+            k = 1 if per_call_s == 0 else _chunk(per_call_s, m.window_s, m.max_iters - n)
             calls.run(k, in_window)
             n += k
             elapsed = device.now_s() - t0
             per_call_s = elapsed / n
             if (elapsed >= m.window_s and n >= m.min_iters) or n >= m.max_iters:
                 break
+        end_s = None
         if meter.method == "counter":
-            found, extra = _await_edge(calls, meter, per_call_s, m.counter_edge_wait_s, in_window)
-            aligned = bool(aligned and found)
-            n += extra
-        measurement = meter.stop()
+            edge = _await_edge(calls, meter, per_call_s, m.counter_edge_wait_s, in_window)
+            aligned = bool(aligned and edge.found)
+            n += edge.made - edge.after  # those after the edge ran outside the window
+            end_s = edge.at_s if edge.found else None
+        measurement = meter.stop(end_s=device.now_s() if end_s is None else end_s)
     finally:
         meter.close()
     if in_window is not None:

@@ -291,3 +291,60 @@ def test_polling_samples_an_idle_gap_and_integrates_it(machine):
     assert m.energy_j == pytest.approx(truth_j, rel=0.03)
     idle = [s for s in m.samples if s.power_mw / 1000.0 < PROFILE.idle_power_w * 1.05]
     assert len(idle) >= 0.4 / meter.period_s  # most of the gap's samples read idle power
+
+
+# --- the window on hardware: the loop reads no sensor ---------------------------------------------
+class PacedDriver(WatchedDriver):
+    """``WatchedDriver`` that also logs every kernel call (as ``call``) and makes each take a
+    millisecond of wall time, as a GPU's would, so the meter's thread sees the counter move
+    within a call or two, as on hardware."""
+
+    def __getattr__(self, name):
+        if name != "simDeviceRecordKernelCall":
+            return super().__getattr__(name)
+
+        def call(handle, work):
+            time.sleep(0.001)
+            result = sim.simDeviceRecordKernelCall(handle, work)
+            with self.lock:
+                self.log.append((threading.current_thread().name,
+                                 sim.simDeviceGetTimeS(handle), "call", 0))
+            return result
+
+        return call
+
+
+def test_on_hardware_the_window_reads_no_sensor_between_its_calls(machine):
+    """An NVML read takes milliseconds on some machines (~5 ms on one H200 VM), during which a
+    GPU whose host waits runs nothing: inside a window, edge waits included, only the meter's
+    thread reads; the window opens and closes at the counter edges that thread saw, and counts
+    only the calls between them."""
+    import numpy as np
+
+    from kernels import KernelCache
+    from orchestrator.config import compose
+    from orchestrator.jobs import JobSpec
+    from orchestrator.window import measure_window
+
+    driver = PacedDriver()
+    device = machine(nvml=driver, backend="nvml")
+    kernel = KernelCache().get("stencil", framework="jax", preset="tiny", dtype="float32",
+                               precision="default", seed=0, xla=False)
+    m = JobSpec.from_config(compose(["measure=quick", "measure.window_s=0.5",
+                                     "measure.check_iters=4"])).config.measure
+    window = measure_window(kernel, device, GEMM, m, np.random.default_rng(0))
+    assert meter_threads() == []
+    main = [name for who, _, name, _ in driver.log if who == "MainThread"]
+    after_first_call = main[main.index("call"):]
+    runs = "".join("c" if name == "call" else "r" for name in after_first_call)
+    # every read of the main thread after the window's first call is one block: stop()'s,
+    # between the window's last call and the check run's first; none between two window calls
+    assert runs.strip("c").count("r") == len(runs.strip("c")) > 0, runs
+    assert runs.rstrip("c").lstrip("c").count("c") == 0
+    assert runs.endswith("c" * m.check_iters)
+    measurement = window.measurement
+    edges = [t for who, t, name, v in driver.log
+             if who == "dvfs-meter" and name == "nvmlDeviceGetTotalEnergyConsumption"]
+    assert window.aligned is True and measurement.counter_updates >= 4
+    assert measurement.samples[0].t_s >= min(edges) and measurement.time_s > 0.4
+    assert measurement.samples[-1].t_s <= max(t for _, t, name, _ in driver.log if name == "call")
