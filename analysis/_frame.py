@@ -35,9 +35,9 @@ SETTING_COLUMNS: list[str] = [
 """What was asked of the device (None: left at the device's default)."""
 
 OK = "ok"
-FAILURE_STATUSES = ("wrong", "nondeterministic", "crash", "timeout", "device_error")
+NOT_MEASURED = "not_measured"  # a trial that measured nothing (orchestrator.rows.Status)
 # Most severe first: the status a setting gets when its repeats disagree.
-_SEVERITY = ("crash", "timeout", "device_error", "wrong", "nondeterministic", "not_measured", OK)
+_SEVERITY = ("crash", "timeout", "device_error", "wrong", "nondeterministic", NOT_MEASURED, OK)
 
 
 def require_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:

@@ -17,7 +17,14 @@ import pandas as pd
 
 from analysis._doc import Doc
 from analysis._format import fmt_sig, pct_cell, signed_pct
-from analysis._frame import DEFAULT_GROUP, OK, group_positions, is_missing, truthy
+from analysis._frame import (
+    DEFAULT_GROUP,
+    NOT_MEASURED,
+    OK,
+    group_positions,
+    is_missing,
+    truthy,
+)
 from analysis._tables import (
     READABLE,
     collapse_constant,
@@ -31,8 +38,6 @@ from analysis._tables import (
 )
 from analysis.compare import compare
 from orchestrator.errors import UserError
-
-NOT_MEASURED = "not_measured"
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis._frame import NOT_MEASURED
 from orchestrator.errors import UserError
 from orchestrator.rows import failed_by
 from orchestrator.store import (
@@ -168,7 +169,7 @@ def latest_attempts(df: pd.DataFrame) -> pd.DataFrame:
         return df
     latest = df.groupby("trial_key", dropna=False)["attempt"].transform("max")
     df = df[df["attempt"] == latest]
-    not_measured = (df["status"] == "not_measured").to_numpy()
+    not_measured = (df["status"] == NOT_MEASURED).to_numpy()
     if not not_measured.any():
         return df.reset_index(drop=True)
     started = pd.to_numeric(df["started_at"], errors="coerce")
