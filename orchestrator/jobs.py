@@ -19,6 +19,7 @@ raised by ``JobSpec.from_config`` before anything touches a device.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -117,6 +118,11 @@ def sweep_id_for(store_dir: str | Path) -> str:
     return "/".join(Path(store_dir).resolve().parts[-2:])
 
 
+@functools.lru_cache(maxsize=256)
+def _sweep_id_of(store_dir: str) -> str:
+    return sweep_id_for(store_dir)
+
+
 def describe_request(workload: Any, framework: Any, request: SettingsRequest) -> str:
     """A job's one-line label, e.g. ``gemm/jax float32 [sm=1065 MHz]``."""
     return f"{workload.name}/{framework.name} {workload.dtype} [{request.describe()}]"
@@ -150,20 +156,36 @@ class JobSpec:
         """
         from omegaconf import OmegaConf
 
-        from orchestrator import inject
         from orchestrator.config import validate_static
 
-        validate_static(cfg)
+        validate_static(cfg)  # on the DictConfig: interpolations and unknown keys too
         validate_workload(cfg)
         if OmegaConf.get_type(cfg) is not DvfsConfig:  # a plain dict config: type it first
             cfg = OmegaConf.merge(OmegaConf.structured(DvfsConfig), cfg)
         config = OmegaConf.to_object(cfg)
         assert isinstance(config, DvfsConfig)
+        return cls.of(config, default_store_dir)
+
+    @classmethod
+    def of(cls, config: DvfsConfig, default_store_dir: str | Path | None = None) -> JobSpec:
+        """Validate a typed config (values, and the checks that span keys) and make the job.
+
+        ``SweepComposer`` makes most jobs of a sweep this way, from a validated config with a few
+        values replaced: the checks here are what a combination of valid values can still fail.
+
+        Raises:
+            UserError: the first mistake found, on one line; nothing has touched a device.
+        """
+        from orchestrator import inject
+        from orchestrator.config import validate_static
+
+        validate_static(config)
+        validate_workload(config)
         inject.validate(config.device.inject, config.device.backend)
         settings_request(config.device)  # a malformed setting is refused here, not on a GPU
         where = config.store_dir or default_store_dir
         store_dir = None if where is None else Path(where)
-        return cls(config, store_dir, sweep_id_for(store_dir) if store_dir else "")
+        return cls(config, store_dir, _sweep_id_of(str(store_dir)) if store_dir else "")
 
     @cached_property
     def resolved(self) -> dict[str, Any]:
@@ -205,9 +227,15 @@ class JobSpec:
         """Hash of what is measured, the same on every GPU."""
         return config_hash(self.resolved)
 
+    @cached_property
+    def _identity_json(self) -> str:
+        return json.dumps(job_identity(self.resolved), sort_keys=True, default=str)
+
     def trial_key(self, device_uuid: str) -> str:
-        """The key of this job's trial on one GPU."""
-        return trial_key(self.resolved, device_uuid)
+        """The key of this job's trial on one GPU: :func:`trial_key`'s, from the identity
+        serialised once per job (a sweep on 64 GPUs asks for 64 keys per job)."""
+        blob = f'{{"job": {self._identity_json}, "uuid": {json.dumps(device_uuid)}}}'
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
 # --- the store's view of jobs -----------------------------------------------------------------

@@ -2,17 +2,20 @@
 
 ``hydra/launcher=ray_gpus`` hands each batch of Hydra jobs to :func:`launch_batch`, which
 
-1. **validates every job first**: composes each job's config and types it (``jobs.JobSpec``:
-   types, choices, workload x framework x size) on the driver, then has each GPU's worker check
-   every job's settings against that GPU's policy and support (changing nothing). One bad value
-   anywhere refuses the whole sweep with a one-line ``UserError`` (exit code 2) before any trial
-   runs;
+1. **checks the batch first** (``orchestrator.batch.JobStream``): composes the first job with each
+   distinct override (every value of every swept key; ``orchestrator.compose`` composes a job
+   from cached parts in well under a millisecond), then has each GPU's worker check those jobs'
+   settings against that GPU's policy and support (changing nothing). A bad value anywhere
+   refuses the whole sweep with a one-line ``UserError`` (exit code 2) before any trial runs. A
+   re-run whose every trial is stored ends here, without starting Ray (resume);
 2. takes the process's **pool of workers** (``orchestrator.pool``), one Ray actor per GPU, created
    once and reused for every job and every later batch of the sweep (see
    :mod:`orchestrator.worker` for how a worker finds its GPU on one machine, on a cluster and on
    the simulated GPU);
-3. hands the batch to the **supervisor** (``orchestrator.supervisor``), which schedules it,
-   handles failures and stores rows as they finish, skipping stored trials (resume).
+3. hands the batch to the **supervisor** (``orchestrator.supervisor``), which takes its jobs as
+   the GPUs need them (a 10,000-job grid starts as fast as a 30-job one and holds only the jobs
+   in flight), schedules them, handles failures and stores rows as they finish, skipping stored
+   trials (resume, one keyed store query per chunk of jobs).
 
 **Concurrent sweeps.** A worker holds its GPU's lease (the guard's per-GPU lock file) from its first
 trial to the end of the sweep. A worker of a second sweep that finds the lease taken waits and
@@ -28,20 +31,18 @@ ours reads each verdict from it. Ray is imported only inside functions.
 
 from __future__ import annotations
 
-import copy
-import json
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.batch import JobStream, already_stored
 from orchestrator.errors import UserError
-from orchestrator.jobs import PER_JOB_KEYS, RETRY_POLICIES, JobSpec, machine_key
+from orchestrator.jobs import RETRY_POLICIES
 from orchestrator.pool import close_pool, get_pool
 from orchestrator.progress import Progress
 from orchestrator.rows import JobResult
-from orchestrator.slot import selection_key
 from orchestrator.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -117,109 +118,6 @@ class LaunchSettings:
         return repr((self.address, self.placement, self.num_cpus, sorted(self.resources.items())))
 
 
-# --- jobs -------------------------------------------------------------------------------------
-@dataclass
-class Job:
-    """One Hydra job of a batch, validated.
-
-    Attributes:
-        num: Hydra's job number.
-        overrides: its overrides.
-        spec: its validated, typed config and where its rows go.
-        timeout_s: the per-trial limit (``hydra.launcher.timeout_s``, else ``measure.timeout_s``).
-        what: the overrides that set this job apart from the rest of its batch.
-    """
-
-    num: int
-    overrides: tuple[str, ...]
-    spec: JobSpec
-    timeout_s: float
-    what: str = ""
-
-    @property
-    def store_dir(self) -> Path:
-        """The store its rows go to."""
-        assert self.spec.store_dir is not None
-        return self.spec.store_dir
-
-    @property
-    def sweep_id(self) -> str:
-        """Stamped on its rows."""
-        return self.spec.sweep_id
-
-    @property
-    def label(self) -> str:
-        """E.g. ``gemm/jax float32 [sm=1065 MHz]``."""
-        return self.spec.label
-
-    @property
-    def repeats(self) -> int:
-        """Windows per trial."""
-        return self.spec.repeats
-
-    @property
-    def device(self) -> dict[str, Any]:
-        """The resolved ``device`` section."""
-        return self.spec.device
-
-    @property
-    def gpus_key(self) -> str:
-        """Its ``device.gpus`` as a key: which GPUs of the pool may run it (``Slot.runs``)."""
-        return selection_key(self.device.get("gpus"))
-
-
-def prepare_jobs(
-    configs: list[tuple[int, tuple[str, ...], Any, str]], settings: LaunchSettings
-) -> list[Job]:
-    """Validate every job of a batch on the driver; one bad job refuses them all.
-
-    Args:
-        configs: (job number, overrides, task config, sweep directory) per job.
-        settings: the launcher's settings (for the per-trial limit).
-
-    Raises:
-        UserError: the first refused job (and how many more there are), on one line.
-    """
-    jobs: list[Job] = []
-    errors: list[str] = []
-    whats = distinct_overrides([o for _, o, _, _ in configs])
-    for (num, overrides, cfg, sweep_dir), what in zip(configs, whats):
-        try:
-            spec = JobSpec.from_config(cfg, default_store_dir=sweep_dir)
-        except UserError as e:
-            errors.append(f"job #{num} ({what}): {e}")
-            continue
-        timeout_s = float(settings.timeout_s or spec.config.measure.timeout_s)
-        jobs.append(Job(num, tuple(overrides), spec, timeout_s, what))
-    if errors:
-        more = f" (and {len(errors) - 1} more refused job(s))" if len(errors) > 1 else ""
-        raise UserError(f"{errors[0]}{more}; nothing was run")
-    keys = {machine_key(j.device) for j in jobs}
-    if len(keys) > 1:
-        raise UserError(
-            "hydra/launcher=ray_gpus runs one machine per sweep, but these jobs differ in "
-            f"{', '.join(_differing_device_keys(jobs))}: run them as separate sweeps (the same "
-            "store_dir gathers them) or with hydra/launcher=basic"
-        )
-    return jobs
-
-
-def distinct_overrides(job_overrides: list[Any]) -> list[str]:
-    """Per job, the overrides not shared by every job of the batch (what a message should name)."""
-    lists = [list(o) for o in job_overrides]
-    common = set.intersection(*(set(o) for o in lists)) if len(lists) > 1 else set()
-    return [" ".join(o for o in ov if o not in common) or "no overrides" for ov in lists]
-
-
-def _differing_device_keys(jobs: list[Job]) -> list[str]:
-    keys = sorted({k for j in jobs for k in j.device if k not in PER_JOB_KEYS})
-    return [
-        f"device.{k}"
-        for k in keys
-        if len({json.dumps(j.device.get(k), default=str) for j in jobs}) > 1
-    ]
-
-
 # --- Hydra ------------------------------------------------------------------------------------
 def launch_batch(
     config: Any,
@@ -228,80 +126,43 @@ def launch_batch(
     job_overrides: Any,
     initial_job_idx: int,
 ) -> list[Any]:
-    """What ``RayGpusLauncher.launch`` does: validate, run, and return a ``JobReturn`` per job.
+    """What ``RayGpusLauncher.launch`` does: check, run, and return a ``JobReturn`` per job.
 
     Args:
         config: the sweep's config (with its ``hydra`` node).
-        hydra_context: Hydra's context (its config loader composes each job).
+        hydra_context: Hydra's context (its config loader composes the jobs).
         settings: the launcher's settings.
         job_overrides: the batch: one list of overrides per job.
         initial_job_idx: the number of the batch's first job.
     """
     from hydra.core.utils import JobReturn, JobStatus, configure_log, setup_globals
 
+    from orchestrator.compose import composer_for
     from orchestrator.sweep_lock import claim_sweep_dir
 
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     sweep_dir = Path(str(config.hydra.sweep.dir))
-    claim_sweep_dir(sweep_dir)  # at once, before composing every job: a second sweep learns now
-    configs = _compose(config, hydra_context, job_overrides, initial_job_idx)
-    jobs = prepare_jobs([(n, o, t, str(s.hydra.sweep.dir)) for n, o, t, s in configs], settings)
-    results = run_jobs(jobs, settings)
+    claim_sweep_dir(sweep_dir)  # at once, before composing any job: a second sweep learns now
+    stream = JobStream(composer_for(config, hydra_context), job_overrides, initial_job_idx,
+                       settings.timeout_s)
+    stream.check()
+    results = run_jobs(stream, settings)
     returns = []
-    for (_, overrides, task_cfg, sweep_config), value in zip(configs, results, strict=True):
-        ret = JobReturn(
-            overrides=list(overrides),
-            cfg=task_cfg,
-            hydra_cfg=sweep_config,
-            working_dir=str(sweep_dir),
-            task_name=sweep_config.hydra.job.name,
-            status=JobStatus.COMPLETED,
-        )
+    for overrides, value in zip(stream.overrides, results, strict=True):
+        # The job's config is not kept: a 10,000-job sweep would hold 10,000 of them, and
+        # sweepers read only the return value (the rows hold each job's resolved config).
+        ret = JobReturn(overrides=list(overrides), working_dir=str(sweep_dir),
+                        task_name=str(config.hydra.job.name), status=JobStatus.COMPLETED)
         ret.return_value = value
         returns.append(ret)
     return returns
 
 
-def _compose(
-    config: Any, hydra_context: Any, job_overrides: Any, initial_job_idx: int
-) -> list[tuple[int, tuple[str, ...], Any, Any]]:
-    """Compose every job of the batch: (number, overrides, task config, sweep config) each.
-
-    Raises:
-        UserError: a job whose overrides do not compose (named by what sets it apart).
-    """
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict, read_write
-
-    from orchestrator.config import hydra_user_error
-
-    configs = []
-    whats = distinct_overrides(list(job_overrides))
-    for i, overrides in enumerate(job_overrides):
-        num = initial_job_idx + i
-        try:
-            sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
-        except Exception as e:  # noqa: BLE001 - a composition error names the job, or is re-raised
-            err = hydra_user_error(e)
-            if err is None:
-                raise
-            raise UserError(f"job #{num} ({whats[i]}): {err}; nothing was run") from e
-        with open_dict(sweep_config):
-            sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{num}"
-            sweep_config.hydra.job.num = num
-        HydraConfig.instance().set_config(sweep_config)
-        task_cfg = copy.deepcopy(sweep_config)
-        with read_write(task_cfg), open_dict(task_cfg):
-            del task_cfg["hydra"]
-        configs.append((num, tuple(overrides), task_cfg, sweep_config))
-    return configs
-
-
 def run_jobs(
-    jobs: list[Job], settings: LaunchSettings, *, progress: Progress | None = None
+    jobs: JobStream, settings: LaunchSettings, *, progress: Progress | None = None
 ) -> list[JobResult]:
-    """Run validated jobs on the pool of this machine; returns each job's result.
+    """Run a checked batch on the pool of this machine; returns each job's result, in order.
 
     Raises:
         UserError: no usable GPU, a job refused by a GPU's policy or support, or a store
@@ -311,27 +172,29 @@ def run_jobs(
     """
     from orchestrator.sweep_lock import claim_sweep_dir
 
-    if not jobs:
+    if not jobs.total:
         return []
-    for store_dir in sorted({j.store_dir for j in jobs}):  # before any GPU: one sweep per dir
+    for store_dir in jobs.store_dirs:  # before any GPU: one sweep per dir
         claim_sweep_dir(store_dir)
-    progress = progress or Progress(0, enabled=settings.progress)
+    progress = progress or Progress(jobs.total, enabled=settings.progress)
     t0 = time.monotonic()
-    selections = {j.gpus_key: j.device.get("gpus") for j in jobs}
-    pool = get_pool(settings, jobs[0].device, list(selections.values()), progress.note)
-    pool.check(jobs)
-    live = [s for s in pool.slots if s.live and any(s.runs(j) for j in jobs)]
+    stored = already_stored(jobs, settings, progress)
+    if stored is not None:  # a re-run of a finished sweep: no GPU is needed
+        progress.finish(f"ray_gpus: all {jobs.total} trial(s) already stored (resume); "
+                        f"results in {' '.join(map(str, jobs.store_dirs))}")
+        return stored
+    pool = get_pool(settings, jobs.first.device, jobs.selections, progress.note)
+    pool.check(jobs.samples)
+    live = [s for s in pool.slots if s.live and any(s.runs(j) for j in jobs.samples)]
     if settings.placement == "every":
-        progress.total = sum(1 for j in jobs for s in pool.slots if s.runs(j))
-    else:
-        progress.total = len(jobs)
+        progress.total = jobs.total * len(live)
     sup = Supervisor(pool, jobs, progress)
     try:
         results = sup.run()
-    except BaseException:  # interrupted, or a row could not be stored: restore and stop now
+    except BaseException:  # interrupted, a row not stored, a job refused: restore and stop now
         close_pool()
         raise
-    dirs = " ".join(sorted({str(j.store_dir) for j in jobs}))
+    dirs = " ".join(map(str, jobs.store_dirs))
     counts = ", ".join(f"{n} {status}" for status, n in sorted(progress.by_status.items()))
     skipped = f", {progress.skipped} already stored" if progress.skipped else ""
     progress.finish(
@@ -343,10 +206,8 @@ def run_jobs(
 
 
 __all__ = [
-    "Job",
     "LaunchSettings",
     "close_pool",
     "launch_batch",
-    "prepare_jobs",
     "run_jobs",
 ]

@@ -43,7 +43,7 @@ from orchestrator.rows import JobResult, Status, failure_rows, summarise
 from orchestrator.slot import Call, Slot, SlotState
 
 if TYPE_CHECKING:
-    from orchestrator.launch import Job
+    from orchestrator.batch import Job, JobStream
     from orchestrator.trial_trace import TrialTrace
     from orchestrator.worker import AcquireReply, TrialReply, WorkerInfo
 
@@ -57,24 +57,30 @@ _LANE_TEXT = {
 class Supervisor:
     """Runs one batch of jobs over a started pool (see the module docstring for the semantics).
 
+    Jobs are taken from the stream as the GPUs need them (a chunk whenever fewer than two per GPU
+    are queued), so the driver holds only the jobs in flight and scheduling costs the same per
+    trial at 30 jobs or 10,000.
+
     Args:
         pool: the started pool of workers.
-        jobs: the batch, validated (``launch.prepare_jobs``) and checked (``GpuPool.check``).
+        jobs: the batch, checked (``JobStream.check`` and ``GpuPool.check``).
         progress: where counts and lines go.
     """
 
-    def __init__(self, pool: GpuPool, jobs: list[Job], progress: Progress) -> None:
+    def __init__(self, pool: GpuPool, jobs: JobStream, progress: Progress) -> None:
         self.pool = pool
         self.jobs = jobs
         self.progress = progress
         self.settings = pool.settings
         self.every = self.settings.placement == "every"
-        self.pending: list[Job] = []  # placement any or a list: one queue, taken per GPU
+        self.pending: deque[Job] = deque()  # placement any or a list: one queue, taken per GPU
         self.queues: dict[str, deque[Job]] = {s.uuid: deque() for s in pool.slots}  # every
-        self.results: dict[tuple[int, str], JobResult] = {}  # (job number, GPU uuid) -> result
+        self.results: dict[int, dict[str, JobResult]] = {}  # job number -> GPU uuid -> result
         self.retired: dict[str, dict[str, Any]] = {}  # GPU uuid -> label, host, reason, time
         self.stores: dict[Path, Any] = {}
-        self.frameworks = tuple(sorted({j.spec.config.framework.name for j in jobs}))
+        self.frameworks = jobs.frameworks
+        self.low_water = 2 * len(pool.slots)  # queued jobs below this: take another chunk
+        self.chunk = max(64, 2 * len(pool.slots))
         self.attempts: dict[str, int] = {}  # trial key -> the attempt a run now gets (default 1)
         self.orphans: dict[str, tuple[Job, str, float]] = {}  # GPU uuid -> job, error, died_at
 
@@ -84,7 +90,7 @@ class Supervisor:
         import ray
 
         try:
-            self._plan()
+            self._refill()
             for slot in self.pool.slots:
                 if slot.state is SlotState.IDENTIFIED:
                     self._acquire(slot)
@@ -92,11 +98,17 @@ class Supervisor:
                     self._fail_queue(slot)
                 self._show(slot)
             while not self._finished():
+                self._refill()
                 self._dispatch()
                 refs = self.pool.refs()
                 if not refs:  # nothing runs and nothing can: what is left has no live GPU
+                    exhausted = self.jobs.exhausted
+                    self.low_water = self.jobs.total  # take (and record) every job left
+                    self._refill()
                     self._fail_stranded()
-                    break
+                    if exhausted:
+                        break
+                    continue
                 wait_s = min(0.25, max(self.pool.next_deadline() - time.monotonic(), 0.0))
                 ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
                 for ref in ready:
@@ -109,40 +121,50 @@ class Supervisor:
         finally:
             for store in self.stores.values():
                 store.close()
-        return [self._result(j) for j in self.jobs]
+        if self.progress.skipped:
+            self.progress.note(
+                f"ray_gpus: {self.progress.skipped} trial(s) already in the store, skipped (resume)"
+            )
+        return [self._result(num) for num in self.jobs.nums]
 
-    def _result(self, job: Job) -> JobResult:
+    def _result(self, num: int) -> JobResult:
         """The job's result over the GPUs it ran on (the worst, for ``every``)."""
-        results = [r for (n, _), r in self.results.items() if n == job.num]
+        results = list(self.results[num].values())
         return results[0] if len(results) == 1 else JobResult.combine(results)
 
     def _finished(self) -> bool:
         # A worker being replaced restores its GPU as it starts: wait for that too.
         if any(s.state in (SlotState.BUSY, SlotState.STARTING) for s in self.pool.slots):
             return False
+        if not self.jobs.exhausted:
+            return False
         return not any(self.queues.values()) if self.every else not self.pending
 
-    def _plan(self) -> None:
-        """Queue what is not stored yet (or is to run again); count what is (resume: one keyed
-        query per store)."""
-        stored: dict[tuple[Path, int], dict[str, Any]] = {}
-        for job in self.jobs:
-            group = (job.store_dir, job.repeats)
-            if group not in stored:
-                keys = {
-                    j.spec.trial_key(s.uuid)
-                    for j in self.jobs if (j.store_dir, j.repeats) == group
-                    for s in self.pool.slots if s.runs(j)
-                }
-                stored[group] = resume_trials(
-                    self._store(job), keys, job.repeats, self.settings.retry
-                )
-                self.attempts.update({k: r.attempt for k, r in stored[group].items()})
-            self._plan_job(job, stored[group])
-        if self.progress.skipped:
-            self.progress.note(
-                f"ray_gpus: {self.progress.skipped} trial(s) already in the store, skipped (resume)"
-            )
+    def _queued(self) -> int:
+        if not self.every:
+            return len(self.pending)
+        live = [len(self.queues[s.uuid]) for s in self.pool.slots if s.live]
+        return min(live) if live else 0
+
+    def _refill(self) -> None:
+        """Take jobs from the stream while fewer than ``low_water`` are queued; queue what is not
+        stored yet (or is to run again), count what is (resume: one keyed query per store and
+        chunk)."""
+        while not self.jobs.exhausted and self._queued() < self.low_water:
+            chunk = self.jobs.take(self.chunk)
+            stored: dict[tuple[Path, int], dict[str, Any]] = {}
+            for group in {(j.store_dir, j.repeats) for j in chunk}:
+                keys = [j.spec.trial_key(s.uuid) for j in chunk if (j.store_dir, j.repeats) == group
+                        for s in self.pool.slots if s.runs(j)]
+                store = self._store(next(j for j in chunk if j.store_dir == group[0]))
+                stored[group] = resume_trials(store, keys, group[1], self.settings.retry)
+                self.attempts.update({k: r.attempt for k, r in stored[group].items()
+                                      if r.attempt > 1})
+            for job in chunk:
+                self._plan_job(job, stored[(job.store_dir, job.repeats)])
+            for slot in self.pool.slots:  # what a GPU retired before these jobs came cannot run
+                if not slot.live:
+                    self._fail_queue(slot) if self.every else self._fail_stranded()
 
     def _plan_job(self, job: Job, stored: dict[str, Any]) -> None:
         """Queue one job (per GPU, for ``every``) unless its trial's stored rows stand."""
@@ -155,13 +177,13 @@ class Supervisor:
         if self.every:
             for slot in slots:
                 if slot.uuid in done:
-                    self.results[(job.num, slot.uuid)] = done[slot.uuid]
+                    self.results.setdefault(job.num, {})[slot.uuid] = done[slot.uuid]
                     self.progress.trial_skipped()
                 else:
                     self.queues[slot.uuid].append(job)
         elif done:
             uuid, result = next(iter(done.items()))
-            self.results[(job.num, uuid)] = result
+            self.results.setdefault(job.num, {})[uuid] = result
             self.progress.trial_skipped()
         else:
             self.pending.append(job)
@@ -324,7 +346,8 @@ class Supervisor:
         for row in rows:
             row["launch"] = launch
             store.put(row)
-        self.results[(job.num, slot.uuid)] = JobResult.of(rows, job.spec.objective_name)
+        self.results.setdefault(job.num, {})[slot.uuid] = JobResult.of(rows,
+                                                                       job.spec.objective_name)
         if not job.spec.quiet:
             self.progress.log(summarise(rows, f"{slot.label} {job.label}"))
         status = next((r["status"] for r in rows if r.get("status") != Status.OK), Status.OK)
@@ -402,7 +425,7 @@ class Supervisor:
             if self.every:
                 self.queues[slot.uuid].appendleft(requeue)
             else:
-                self.pending.insert(0, requeue)
+                self.pending.appendleft(requeue)
         self.pool.retire(slot, reason)
         if slot.uuid in self.orphans:  # no replacement will report what its dead worker did
             self._resolve_orphan(slot.uuid, None, f"its GPU was retired ({reason})")

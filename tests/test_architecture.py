@@ -29,10 +29,12 @@ FLOORS: dict[int, tuple[str, ...]] = {
     2: ("orchestrator.guard", "orchestrator.policy", "orchestrator.journal", "orchestrator.meter",
         "orchestrator.inject", "orchestrator.sweep_lock", "orchestrator.window",
         "orchestrator.trial_trace"),
-    3: ("orchestrator.jobs", "orchestrator.rows", "analysis", "orchestrator.search"),
+    3: ("orchestrator.jobs", "orchestrator.rows", "analysis", "orchestrator.search",
+        "orchestrator.compose"),
     4: ("orchestrator.trial", "orchestrator.session"),
     5: ("orchestrator.worker", "orchestrator.app"),
-    6: ("orchestrator.slot", "orchestrator.pool", "orchestrator.supervisor", "orchestrator.launch"),
+    6: ("orchestrator.slot", "orchestrator.pool", "orchestrator.supervisor", "orchestrator.launch",
+        "orchestrator.batch"),
     7: ("orchestrator.cli", "hydra_plugins"),
 }
 """Floor -> rooms, bottom up: the table of ``docs/architecture.md``."""

@@ -231,15 +231,6 @@ class StabilitySweep:
         """``hydra.sweep.dir``: where ``multirun.yaml`` and, by default, the store go."""
         return Path(str(self.config.hydra.sweep.dir))
 
-    def compose(self, overrides: list[str]) -> Any:
-        """A group's task config (without the ``hydra`` node), as the launcher will compose it."""
-        from omegaconf import open_dict, read_write
-
-        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-        with read_write(cfg), open_dict(cfg):
-            del cfg["hydra"]
-        return cfg
-
     def split(self, arguments: list[str]) -> SplitArguments:
         """The command line (the sweeper's ``params`` first), split into groups."""
         from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -253,9 +244,11 @@ class StabilitySweep:
         Raises:
             UserError: a bad job config, ``device.observe_only``, an unsupported value.
         """
-        from orchestrator.jobs import JobSpec, machine_key
+        from orchestrator.compose import composer_for
+        from orchestrator.jobs import machine_key
 
-        job = JobSpec.from_config(self.compose([*common, *group]), self.sweep_dir)
+        # The launcher composes the group's jobs with the same composer: Hydra composes once.
+        job = composer_for(self.config, self.hydra_context).spec([*common, *group])
         cfg = job.config
         if cfg.device.observe_only:
             raise UserError(f"device.observe_only=true changes nothing, but a stability search "

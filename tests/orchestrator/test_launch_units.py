@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator import inject
+from orchestrator.batch import distinct_overrides
 from orchestrator.errors import DeviceNotFoundError, UserError
-from orchestrator.launch import LaunchSettings, distinct_overrides
+from orchestrator.launch import LaunchSettings
 from orchestrator.progress import Progress, format_duration
 from orchestrator.worker import gpu_uuid_for, pci_order_key
 
