@@ -223,6 +223,18 @@ def differing_device_keys(jobs: list[Job]) -> list[str]:
     ]
 
 
+def launcher_meta(settings: Any, slots: list[Any]) -> dict[str, Any]:
+    """The store's ``launcher`` meta item: how the sweep reached which GPUs (a re-run reads the
+    GPUs to find stored trials by, ``already_stored``; the report names them)."""
+    placement = settings.placement
+    return {
+        "name": "ray_gpus",
+        "address": settings.address,
+        "placement": list(placement) if isinstance(placement, tuple) else placement,
+        "gpus": [{"uuid": s.uuid, "host": s.info.host, "node_id": s.node_id} for s in slots],
+    }
+
+
 def already_stored(jobs: JobStream, settings: Any, progress: Any) -> list[Any] | None:
     """Each job's stored result when a re-run has nothing to run, found without Ray or a GPU.
 

@@ -8,11 +8,12 @@ defaults list, every YAML file, every override): about 70 ms a job here, 12 minu
 - a **base** per distinct set of *structural* overrides (config-group choices such as
   ``workload=gemm``, ``hydra.*`` keys, and ``+``/``++``/``~`` overrides): Hydra's full
   composition (``load_sweep_config``), once;
-- a **patch** per distinct (base, ``key=value``) override: the base's task config copied, the one
-  override applied as Hydra applies it after composition (``OmegaConf.update(..., merge=True)``),
-  validated (``jobs.JobSpec``) and compared with the base: the override must change its own key and
-  nothing else (no interpolation elsewhere reads it), and its value must read no other key (no
-  ``${...}``); the patch keeps the typed value;
+- a **patch** per distinct (base, ``key=value``) override: the override applied to a copy of the
+  base's task config as Hydra applies it after composition (``OmegaConf.update(..., merge=True)``),
+  which types the value, then the job it makes validated (``jobs.JobSpec``). The override must
+  change its own key and nothing else: when the base holds an interpolation (another key might
+  read this one) or the value is one (``${...}``), the patched config is validated in full and
+  compared with the base; the patch keeps the typed value;
 - the **job**: the base's typed config with each patch's value put in place
   (``dataclasses.replace``), then the checks that span keys (workload x size, inject x backend).
 
@@ -52,6 +53,8 @@ class Base:
         spec: the validated job it is, with no value override.
         store_dir: ``hydra.sweep.dir``: where rows go unless a job sets ``store_dir``.
         per_job: the config reads a per-job Hydra field: every job is composed in full.
+        interpolated: the config holds an interpolation (another key may read a swept one).
+        scratch: a copy of ``task`` that patches write their values into, to read them typed.
     """
 
     sweep_config: Any
@@ -59,6 +62,8 @@ class Base:
     spec: JobSpec
     store_dir: str
     per_job: bool
+    interpolated: bool
+    scratch: Any
 
 
 @dataclass(frozen=True)
@@ -177,11 +182,13 @@ class SweepComposer:
         sweep_config, task = self.full(list(key))
         store_dir = str(sweep_config.hydra.sweep.dir)
         spec = JobSpec.from_config(task, default_store_dir=store_dir)
-        unresolved = OmegaConf.to_yaml(task) + str(
+        task_yaml = OmegaConf.to_yaml(task)
+        unresolved = task_yaml + str(
             OmegaConf.to_container(sweep_config.hydra.sweep, resolve=False).get("dir", "")
         )
         per_job = any(f in unresolved for f in _PER_JOB_FIELDS)
-        base = self._bases[key] = Base(sweep_config, task, spec, store_dir, per_job)
+        base = self._bases[key] = Base(sweep_config, task, spec, store_dir, per_job,
+                                       "${" in task_yaml, copy.deepcopy(task))
         return base
 
     def patch(self, base_key: tuple[str, ...], line: str) -> Patch:
@@ -200,22 +207,33 @@ class SweepComposer:
 
         base = self.base(base_key)
         override = self._parse(line)
-        key = override.key_or_group
-        task = copy.deepcopy(base.task)
-        HydraConfig.instance().set_config(base.sweep_config)
+        key, value = override.key_or_group, override.value()
+        path = tuple(key.split("."))
+        # A scalar or list into a config without interpolations: only the value's own key can
+        # change, so Hydra's update of one scratch copy per base gives the typed value.
+        quick = not base.interpolated and "${" not in line and not isinstance(value, dict)
+        task = base.scratch if quick else copy.deepcopy(base.task)
+        if not quick:  # ``${hydra:...}`` resolves against the config Hydra last saw
+            HydraConfig.instance().set_config(base.sweep_config)
         try:
-            OmegaConf.update(task, key, override.value(), merge=True)
+            OmegaConf.update(task, key, value, merge=True)
         except Exception as e:  # noqa: BLE001 - a bad value is the user's, or re-raised
             err = hydra_user_error(e)
             if err is None:
                 raise
             raise UserError(f"{line}: {err}") from e
-        spec = JobSpec.from_config(task, default_store_dir=base.store_dir)
-        path = tuple(key.split("."))
-        moved = changed_paths(base.spec.resolved, spec.resolved)
-        # An interpolated value reads other keys, which other patches may change.
-        entangled = "${" in line or any(p[: len(path)] != path for p in moved)
-        patch = Patch(path, None if entangled else value_at(spec.config, path), entangled)
+        if quick:
+            typed = OmegaConf.select(task, key)
+            if OmegaConf.is_config(typed):
+                typed = OmegaConf.to_container(typed, resolve=True)
+            JobSpec.of(replace_path(base.spec.config, path, typed), base.store_dir)
+            patch = Patch(path, typed)
+        else:
+            spec = JobSpec.from_config(task, default_store_dir=base.store_dir)
+            moved = changed_paths(base.spec.resolved, spec.resolved)
+            # An interpolated value reads other keys, which other patches may change.
+            entangled = "${" in line or any(p[: len(path)] != path for p in moved)
+            patch = Patch(path, None if entangled else value_at(spec.config, path), entangled)
         self._patches[(base_key, line)] = patch
         return patch
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.admit import refusals
 from orchestrator.batch import JobStream, already_stored
 from orchestrator.errors import UserError
 from orchestrator.jobs import RETRY_POLICIES
@@ -184,16 +185,18 @@ def run_jobs(
                         f"results in {' '.join(map(str, jobs.store_dirs))}")
         return stored
     pool = get_pool(settings, jobs.first.device, jobs.selections, progress.note)
-    pool.check(jobs.samples)
-    live = [s for s in pool.slots if s.live and any(s.runs(j) for j in jobs.samples)]
+    refused = refusals(pool.slots, jobs.samples)
+    if refused:
+        raise UserError(f"{refused[0]}; nothing was run")
     if settings.placement == "every":
-        progress.total = jobs.total * len(live)
+        progress.total = jobs.total * sum(1 for s in pool.slots if s.live)
     sup = Supervisor(pool, jobs, progress)
     try:
         results = sup.run()
     except BaseException:  # interrupted, a row not stored, a job refused: restore and stop now
         close_pool()
         raise
+    live = [s for s in pool.slots if s.live and any(s.runs(j) for j in jobs.samples)]
     dirs = " ".join(map(str, jobs.store_dirs))
     counts = ", ".join(f"{n} {status}" for status, n in sorted(progress.by_status.items()))
     skipped = f", {progress.skipped} already stored" if progress.skipped else ""

@@ -3,11 +3,15 @@
 A ``GpuPool`` is the set of workers of one machine: it starts one ``worker.GpuWorker`` per GPU
 the Ray cluster declares (``num_gpus=1, num_cpus=0``), learns which GPU each got (a
 ``worker.WorkerInfo``), keeps those that some job's ``device.gpus`` (and the launcher's placement)
-selects, and checks every job against every GPU it may run on before the supervisor
-(``orchestrator.supervisor``) sends any work. ``device.gpus`` is a job's *route*, not part of the
-machine: jobs that name different GPUs (the stability sweeper pins each search to its GPU by
-UUID) share one pool, and each slot (``orchestrator.slot.Slot``) knows which jobs' selections
-include its GPU.
+selects (``orchestrator.admit`` then checks each job's settings against each GPU, before the
+supervisor, ``orchestrator.supervisor``, sends any work). ``device.gpus`` is a job's *route*,
+not part of the machine: jobs that name different GPUs (the stability sweeper pins each search
+to its GPU by UUID) share one pool, and each slot (``orchestrator.slot.Slot``) knows which jobs'
+selections include its GPU.
+
+**Early start.** On a local instance whose jobs may run on any GPU, the pool is ready when its
+first worker is: the others join as they come up (``join``), so the first trial does not wait
+for sixteen workers to boot on two cores.
 
 **Calls.** Every call to a worker goes through the pool (``call``: in flight, the slot in that
 call's state), its answer comes back through ``take``, a call is given up with ``cancel``; the
@@ -22,18 +26,16 @@ Ray is imported only inside functions.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import json
 import logging
 import math
 import os
-import signal
-import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from typing import Any
 
 from orchestrator.errors import UserError
 from orchestrator.jobs import PER_JOB_KEYS, machine_key
+from orchestrator.ray_calls import first_line, join_ray, keeping_sigterm_handler, kill
 from orchestrator.slot import Call, Slot, selection_key
 from orchestrator.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker, WorkerInfo
 
@@ -62,6 +64,9 @@ class GpuPool:
         self._inflight: dict[Any, tuple[Slot, Call]] = {}  # object ref -> call, across batches
         self._actor_cls: Any = None
         self._node_gpus: dict[str | None, int] = {}
+        self._joining: dict[Any, tuple[Any, float]] = {}  # identify ref -> worker, deadline
+        self._last_error: str | None = None
+        self.expected = 0  # workers started: the slots there will be once all have joined
 
     # --- calls to workers ----------------------------------------------------------------------
     def call(
@@ -97,12 +102,13 @@ class GpuPool:
         slot.end_call()
 
     def refs(self) -> list[Any]:
-        """The object refs of every call in flight."""
-        return list(self._inflight)
+        """The object refs of every call in flight, and of every worker still joining."""
+        return [*self._inflight, *self._joining]
 
     def next_deadline(self) -> float:
-        """The earliest deadline of a call in flight (inf: none)."""
-        return min((s.deadline for s in self.slots), default=math.inf)
+        """The earliest deadline of a call in flight or a joining worker (inf: none)."""
+        joining = (deadline for _, deadline in self._joining.values())
+        return min((*(s.deadline for s in self.slots), *joining), default=math.inf)
 
     def retire(self, slot: Slot, reason: str) -> None:
         """Take a GPU out of the sweep for good: forget its call, end its workers."""
@@ -129,7 +135,7 @@ class GpuPool:
         if ray.is_initialized():
             return
         quiet = {"log_to_driver": self.settings.log_to_driver, "logging_level": logging.WARNING}
-        with _keeping_sigterm_handler():
+        with keeping_sigterm_handler():
             self._init_ray(quiet)
         self.started_ray = True
 
@@ -226,7 +232,12 @@ class GpuPool:
                 "with `ray start --num-gpus=N`"
             )
         note(f"ray_gpus: starting {total} worker(s), one per GPU")
-        infos = self._identify_all([self.spawn() for _ in range(total)], note)
+        actors = [self.spawn() for _ in range(total)]
+        self.expected = total
+        if self.early:
+            self._join_first(actors, note)
+            return
+        infos = self._identify_all(actors, note)
         for info, _ in infos:
             for action in info.restored:
                 note(f"ray_gpus: {action} (left changed by a killed process)")
@@ -286,6 +297,77 @@ class GpuPool:
                 f"no worker could start on a GPU: {errors[0] if errors else 'none became free'}"
             )
         return infos
+
+    # --- early start: trials begin on the first worker up --------------------------------------
+    @property
+    def early(self) -> bool:
+        """Whether trials may start before every worker is up: a local instance (one node, no
+        duplicate GPUs) whose jobs may run on any GPU (placement ``any``, no ``device.gpus``). On
+        two cores, sixteen workers take ten seconds to boot; the first trial need not wait."""
+        return (self.settings.address is None and self.settings.placement == "any"
+                and list(self.selections) == [selection_key(None)])
+
+    def _join_first(self, actors: list[Any], note: Callable[[str], None]) -> None:
+        """Ask every worker which GPU it got; keep the first that answers, and the others as
+        they answer (``join``), within ``start_timeout_s``.
+
+        Raises:
+            UserError: no worker answered in time, or every one failed.
+        """
+        import ray
+
+        deadline = time.monotonic() + self.settings.start_timeout_s
+        for actor in actors:
+            self._joining[actor.identify.remote(list(self.selections.values()))] = (actor, deadline)
+        errors = []
+        while not self.slots and self._joining:
+            ready, _ = ray.wait(list(self._joining), num_returns=1,
+                                timeout=max(deadline - time.monotonic(), 0.0))
+            if not ready:
+                break
+            slot = self.join(ready[0])
+            if slot is None and self._last_error:
+                errors.append(self._last_error)
+            for action in slot.info.restored if slot else ():
+                note(f"ray_gpus: {action} (left changed by a killed process)")
+        if not self.slots:
+            raise UserError(
+                f"no worker could start on a GPU: {errors[0] if errors else 'none became free'}"
+            )
+
+    def joining(self, ref: Any) -> bool:
+        """Whether ``ref`` is the answer of a worker still joining the pool."""
+        return ref in self._joining
+
+    def join(self, ref: Any) -> Slot | None:
+        """Take a joining worker's answer: its new slot (IDENTIFIED), or None (it failed, or its
+        GPU is already in the pool, and it was ended)."""
+        import ray
+
+        actor, _ = self._joining.pop(ref)
+        self._last_error = None
+        try:
+            info: WorkerInfo = ray.get(ref)
+        except ray.exceptions.RayError as e:
+            self._last_error = first_line(e)
+            kill(actor)
+            return None
+        if any(s.uuid == info.uuid for s in self.slots):
+            kill(actor)
+            return None
+        self._node_gpus[info.node_id] = self._node_gpus.get(info.node_id, 0) + 1
+        slot = Slot(info, actor, selections=set(self.selections))
+        self.slots.append(slot)
+        self.slots.sort(key=lambda s: s.info.identity.index)
+        return slot
+
+    def expire_joining(self) -> int:
+        """End the joining workers past their deadline; returns how many."""
+        now = time.monotonic()
+        late = [ref for ref, (_, deadline) in self._joining.items() if deadline <= now]
+        for ref in late:
+            kill(self._joining.pop(ref)[0])
+        return len(late)
 
     def _keep(self, infos: list[tuple[WorkerInfo, Any]], wanted: dict[str, set[str]]) -> None:
         """A slot for every selected GPU, in host and index order; the other workers end."""
@@ -354,37 +436,6 @@ class GpuPool:
             raise UserError(f"no GPU is selected by device.gpus={self.selections[key]}{why}")
         return chosen
 
-    def check(self, jobs: list[Any]) -> None:
-        """Every job's settings against each GPU it may run on (policy, support), before anything
-        runs.
-
-        Raises:
-            UserError: the first refused (job, GPU), on one line.
-        """
-        import ray
-
-        unique: dict[str, dict[str, Any]] = {}
-        for j in jobs:
-            unique.setdefault(json.dumps(j.device, sort_keys=True, default=str), j.device)
-        cfgs = list(unique.values())
-        live = [s for s in self.slots if s.live]
-        refused: dict[str, list[tuple[Slot, str]]] = {}
-        for slot, ref in [(s, s.actor.check.remote(cfgs)) for s in live]:
-            try:
-                errs = ray.get(ref)
-            except ray.exceptions.RayActorError:
-                continue  # a worker being replaced; the supervisor sees to it
-            for key, err in zip(unique, errs):
-                if err is not None:
-                    refused.setdefault(key, []).append((slot, err))
-        for j in jobs:
-            for slot, err in refused.get(json.dumps(j.device, sort_keys=True, default=str), []):
-                if slot.runs(j):
-                    raise UserError(
-                        f"job #{j.num} ({j.what}) on {slot.label} ({slot.uuid}): {err}; "
-                        "nothing was run"
-                    )
-
     def close(self) -> None:
         """Restore every GPU, release the leases, end the workers."""
         import ray
@@ -396,66 +447,11 @@ class GpuPool:
             for s in self.slots:
                 for actor in [s.actor, *s.parked]:
                     kill(actor)
+            for actor, _ in self._joining.values():
+                kill(actor)
         self.slots.clear()
         self._inflight.clear()
-
-
-def join_ray(address: str, **init_kwargs: Any) -> None:
-    """Connect this process to a running Ray cluster (``auto``, ``host:port`` or ``ray://...``).
-
-    A cluster started by ``ray start`` uses token authentication (Ray 2.60); ``ray.init`` turns
-    it on for ``address="auto"`` when it finds the token (``~/.ray/auth_token``,
-    ``RAY_AUTH_TOKEN_PATH`` or ``RAY_AUTH_TOKEN``) but not for an explicit address, which then
-    fails with ``InvalidAuthToken``: turn it on the same way for every address. Ray has no
-    public call for this; its own ``ray.init(address="auto")`` path calls the same function.
-    """
-    import importlib
-
-    import ray
-
-    try:
-        setup = importlib.import_module("ray._private.authentication.authentication_token_setup")
-    except ImportError:  # another Ray version: nothing to do
-        pass
-    else:
-        if not address.startswith("ray://"):
-            setup.maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
-    ray.init(address=address, **init_kwargs)
-
-
-@contextlib.contextmanager
-def _keeping_sigterm_handler() -> Iterator[None]:
-    """Keep this process's SIGTERM handler across ``ray.init``.
-
-    ``ray.init`` replaces it (Python's with ``sys.exit``, then its core worker's C++ handler, which
-    prints a stack and aborts): ``dvfs sweep`` handles SIGTERM itself, closing the workers (each
-    restores its GPU) and keeping every stored row.
-    """
-    main = threading.current_thread() is threading.main_thread()
-    handler = signal.getsignal(signal.SIGTERM) if main else None
-    try:
-        yield
-    finally:
-        if main and handler is not None:
-            signal.signal(signal.SIGTERM, handler)
-
-
-def kill(actor: Any) -> None:
-    """End a worker now (SIGKILL: what it was doing is lost; its lease is freed by the OS)."""
-    import ray
-
-    try:
-        ray.kill(actor, no_restart=True)
-    except Exception:  # noqa: BLE001 - already gone, or Ray is down
-        pass
-
-
-def first_line(e: BaseException) -> str:
-    """The first line of what went wrong in a worker (the cause of a RayTaskError)."""
-    cause = getattr(e, "cause", None)
-    text = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else str(e)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[0][:500] if lines else type(e).__name__
+        self._joining.clear()
 
 
 _pool: GpuPool | None = None

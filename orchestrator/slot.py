@@ -71,6 +71,13 @@ TRANSITIONS: dict[SlotState, frozenset[SlotState]] = {
 }
 
 
+# What a lane of the progress line shows for a slot that runs no trial.
+_LANE_TEXT = {
+    SlotState.IDENTIFIED: "starting",
+    SlotState.ACQUIRING: "taking GPU",
+}
+
+
 class SlotStateError(RuntimeError):
     """A slot was asked to make a transition its state machine does not have."""
 
@@ -155,6 +162,17 @@ class Slot:
     def runs(self, job: Any) -> bool:
         """True if the job's ``device.gpus`` selects this GPU (the job may run here)."""
         return job.gpus_key in self.selections
+
+    def activity(self, frameworks: tuple[str, ...] = ()) -> str:
+        """What its lane of the progress line shows, e.g. ``gemm/jax@1065`` or ``taking GPU``."""
+        if self._state is SlotState.BUSY and self._job is not None:
+            config = self._job.spec.config
+            clock = config.device.sm_clock_mhz
+            where = f"@{clock}" if clock is not None else ""
+            return f"{config.workload.name}/{config.framework.name}{where}"
+        if self._state is SlotState.WARMING:
+            return f"loading {'+'.join(frameworks)}"
+        return _LANE_TEXT.get(self._state, self._state.value)
 
     # --- transitions ---------------------------------------------------------------------------
     def _enter(self, state: SlotState) -> None:

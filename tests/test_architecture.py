@@ -25,7 +25,8 @@ PACKAGES = ("orchestrator", "kernels", "analysis", "hydra_plugins")
 FLOORS: dict[int, tuple[str, ...]] = {
     1: ("orchestrator", "orchestrator.errors", "orchestrator.provenance", "orchestrator.config",
         "orchestrator.devices", "kernels", "orchestrator.store", "orchestrator.store_sqlite",
-        "orchestrator.store_values", "orchestrator.progress", "orchestrator.interrupt"),
+        "orchestrator.store_values", "orchestrator.progress", "orchestrator.interrupt",
+        "orchestrator.ray_calls"),
     2: ("orchestrator.guard", "orchestrator.policy", "orchestrator.journal", "orchestrator.meter",
         "orchestrator.inject", "orchestrator.sweep_lock", "orchestrator.window",
         "orchestrator.trial_trace"),
@@ -34,7 +35,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     4: ("orchestrator.trial", "orchestrator.session"),
     5: ("orchestrator.worker", "orchestrator.app"),
     6: ("orchestrator.slot", "orchestrator.pool", "orchestrator.supervisor", "orchestrator.launch",
-        "orchestrator.batch"),
+        "orchestrator.batch", "orchestrator.admit"),
     7: ("orchestrator.cli", "hydra_plugins"),
 }
 """Floor -> rooms, bottom up: the table of ``docs/architecture.md``."""

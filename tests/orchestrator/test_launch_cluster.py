@@ -71,7 +71,7 @@ def cluster(tmp_path_factory):
     """Two Ray nodes on 127.0.0.1, two simulated GPUs each; yields (address, {node: uuids})."""
     import ray
 
-    from orchestrator.pool import join_ray
+    from orchestrator.ray_calls import join_ray
 
     root = tmp_path_factory.mktemp("cluster")
     head_sim, node_sim = root / "head-sim", root / "node-sim"
