@@ -3,7 +3,8 @@
 Before any trial, every distinct ``device`` config of the batch's checked jobs (the first job
 with each distinct value, ``batch.JobStream.check``) goes to each GPU's worker, which checks it
 against that GPU's policy and supported values and changes nothing (``GpuWorker.check``). A GPU
-that joins the pool later (``GpuPool.join``) is asked the same before its first trial.
+that joins the pool later (``GpuPool.join``) is asked the same before its first trial. And the
+pool admits each GPU once (``refuse_duplicates``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestrator.errors import UserError
 from orchestrator.slot import Slot
 
 
@@ -42,6 +44,23 @@ def refusals(slots: list[Slot], jobs: list[Any]) -> list[str]:
         for slot, err in refused.get(_key(j), [])
         if slot.runs(j)
     ]
+
+
+def refuse_duplicates(infos: list[Any]) -> None:
+    """Two workers that see one GPU (``worker.WorkerInfo`` s) cannot both be in the pool.
+
+    Raises:
+        UserError: naming the GPU, both hosts and both simulated machines.
+    """
+    seen: dict[str, Any] = {}
+    for info in infos:
+        other = seen.setdefault(info.uuid, info)
+        if other is not info:
+            raise UserError(
+                f"two workers see GPU {info.uuid} (hosts {other.host} and {info.host}, sim "
+                f"state {other.sim_state_dir} and {info.sim_state_dir}): on a simulated "
+                "cluster give each node its own DVFS_SIM_STATE_DIR and device.seed"
+            )
 
 
 def _key(job: Any) -> str:

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.admit import refuse_duplicates
 from orchestrator.errors import UserError
 from orchestrator.jobs import PER_JOB_KEYS, machine_key
 from orchestrator.ray_calls import first_line, join_ray, keeping_sigterm_handler, kill
@@ -67,6 +68,7 @@ class GpuPool:
         self._joining: dict[Any, tuple[Any, float]] = {}  # identify ref -> worker, deadline
         self._last_error: str | None = None
         self.expected = 0  # workers started: the slots there will be once all have joined
+        self._unspawned = 0  # early start: workers still to start
 
     # --- calls to workers ----------------------------------------------------------------------
     def call(
@@ -232,16 +234,15 @@ class GpuPool:
                 "with `ray start --num-gpus=N`"
             )
         note(f"ray_gpus: starting {total} worker(s), one per GPU")
-        actors = [self.spawn() for _ in range(total)]
         self.expected = total
         if self.early:
-            self._join_first(actors, note)
+            self._join_first(total, note)
             return
-        infos = self._identify_all(actors, note)
+        infos = self._identify_all([self.spawn() for _ in range(total)], note)
         for info, _ in infos:
             for action in info.restored:
                 note(f"ray_gpus: {action} (left changed by a killed process)")
-        self._refuse_duplicates([i for i, _ in infos])
+        refuse_duplicates([i for i, _ in infos])
         self._keep(infos, self._select([i for i, _ in infos]))
 
     def _start_ray(self) -> None:
@@ -307,22 +308,22 @@ class GpuPool:
         return (self.settings.address is None and self.settings.placement == "any"
                 and list(self.selections) == [selection_key(None)])
 
-    def _join_first(self, actors: list[Any], note: Callable[[str], None]) -> None:
-        """Ask every worker which GPU it got; keep the first that answers, and the others as
-        they answer (``join``), within ``start_timeout_s``.
+    def _join_first(self, total: int, note: Callable[[str], None]) -> None:
+        """Start the workers a few at a time (as many as the machine has cores: sixteen booting
+        at once on two cores all come up late); keep the first that answers, and the others as
+        they answer (``join``), each within ``start_timeout_s`` of its start.
 
         Raises:
             UserError: no worker answered in time, or every one failed.
         """
         import ray
 
-        deadline = time.monotonic() + self.settings.start_timeout_s
-        for actor in actors:
-            self._joining[actor.identify.remote(list(self.selections.values()))] = (actor, deadline)
+        self._unspawned = total
+        self._spawn_joining(max(1, os.cpu_count() or 1))
         errors = []
         while not self.slots and self._joining:
             ready, _ = ray.wait(list(self._joining), num_returns=1,
-                                timeout=max(deadline - time.monotonic(), 0.0))
+                                timeout=max(self.next_deadline() - time.monotonic(), 0.0))
             if not ready:
                 break
             slot = self.join(ready[0])
@@ -335,6 +336,14 @@ class GpuPool:
                 f"no worker could start on a GPU: {errors[0] if errors else 'none became free'}"
             )
 
+    def _spawn_joining(self, n: int) -> None:
+        """Start up to ``n`` more of the workers not started yet, each asked which GPU it got."""
+        deadline = time.monotonic() + self.settings.start_timeout_s
+        for _ in range(min(n, self._unspawned)):
+            actor = self.spawn()
+            self._joining[actor.identify.remote(list(self.selections.values()))] = (actor, deadline)
+            self._unspawned -= 1
+
     def joining(self, ref: Any) -> bool:
         """Whether ``ref`` is the answer of a worker still joining the pool."""
         return ref in self._joining
@@ -345,6 +354,7 @@ class GpuPool:
         import ray
 
         actor, _ = self._joining.pop(ref)
+        self._spawn_joining(1)
         self._last_error = None
         try:
             info: WorkerInfo = ray.get(ref)
@@ -367,6 +377,7 @@ class GpuPool:
         late = [ref for ref, (_, deadline) in self._joining.items() if deadline <= now]
         for ref in late:
             kill(self._joining.pop(ref)[0])
+        self._spawn_joining(len(late))
         return len(late)
 
     def _keep(self, infos: list[tuple[WorkerInfo, Any]], wanted: dict[str, set[str]]) -> None:
@@ -390,18 +401,6 @@ class GpuPool:
             open_backend(self.device).close()
         except ValueError as e:  # the sim's MachineSpecError and ProfileError
             raise UserError(str(e)) from e
-
-    @staticmethod
-    def _refuse_duplicates(infos: list[WorkerInfo]) -> None:
-        seen: dict[str, WorkerInfo] = {}
-        for info in infos:
-            other = seen.setdefault(info.uuid, info)
-            if other is not info:
-                raise UserError(
-                    f"two workers see GPU {info.uuid} (hosts {other.host} and {info.host}, sim "
-                    f"state {other.sim_state_dir} and {info.sim_state_dir}): on a simulated "
-                    "cluster give each node its own DVFS_SIM_STATE_DIR and device.seed"
-                )
 
     def _select(self, infos: list[WorkerInfo]) -> dict[str, set[str]]:
         """GPU uuid -> the selections that pick it, for every GPU some selection picks.
