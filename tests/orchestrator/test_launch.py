@@ -150,6 +150,42 @@ def test_placement_every_gives_one_row_per_job_per_gpu_and_a_rerun_resumes(sim4,
     assert "8 trial(s) already in the store, skipped (resume)" in capsys.readouterr().err
 
 
+def test_a_grid_longer_than_a_chunk_streams_and_two_reruns_store_each_job_once(
+    sim4, tmp_path, capsys
+):
+    # 90 jobs: more than one chunk of the supervisor's stream (64) and of the no-op resume's.
+    d = tmp_path / "stream"
+    args = ("workload=selu", "device.sm_clock_mhz=range(1110,1411,75)", "seed=range(100,118,1)",
+            "measure.window_s=0.2", f"hydra.sweep.dir={d}")
+    assert sweep(*args) == 0
+    rows = stored(d)
+    assert len(rows) == len({r["trial_key"] for r in rows}) == 90
+    assert len({r["device_uuid"] for r in rows}) == 4
+    assert sorted(r["launch"]["job_num"] for r in rows) == list(range(90))
+    capsys.readouterr()
+    for _ in range(2):  # nothing to run: found in the store without starting any worker
+        assert sweep(*args) == 0
+        assert "all 90 trial(s) already stored (resume)" in capsys.readouterr().err
+    assert len(stored(d)) == 90
+
+
+def test_a_refused_combination_stops_the_sweep_with_one_line_and_keeps_what_ran(
+    sim4, tmp_path, capsys
+):
+    # Each value is valid alone; hessian has no tf32 precision: that job is refused when made.
+    d = tmp_path / "combo"
+    rc = sweep("workload=gemm,hessian", "framework.precision=default,tf32", "seed=13",
+               f"hydra.sweep.dir={d}")
+    assert rc == 2
+    err = capsys.readouterr().err
+    line = next(ln for ln in err.splitlines() if ln.startswith("dvfs sweep:"))
+    assert "job #3 (workload=hessian framework.precision=tf32)" in line and "tf32" in line
+    assert "the sweep stops here" in line
+    assert len(stored(d)) <= 3
+    for i in range(4):
+        assert sim_gpu(sim4, i)["locked_sm_mhz"] is None
+
+
 def test_one_bad_value_anywhere_refuses_the_whole_sweep_before_anything_runs(
     sim4, tmp_path, capsys
 ):
