@@ -95,6 +95,7 @@ class SweepComposer:
         self._bases: dict[tuple[str, ...], Base] = {}
         self._patches: dict[tuple[tuple[str, ...], str], Patch] = {}
         self.failed_at = 0  # the batch index ``check_values`` was at when it raised
+        self._prefixes: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] = {}
 
     # --- the public face ---------------------------------------------------------------------
     def spec(self, overrides: Sequence[str], num: int = 0) -> JobSpec:
@@ -109,10 +110,27 @@ class SweepComposer:
         if base.per_job or any(p.entangled for p in patches):
             sweep_config, task = self.full(overrides, num)
             return JobSpec.from_config(task, default_store_dir=str(sweep_config.hydra.sweep.dir))
-        config = base.spec.config
-        for p in patches:
-            config = replace_path(config, p.path, p.value)
+        config = self._patched(base, base_key, values[:-1], patches[:-1])
+        if patches:
+            config = replace_path(config, patches[-1].path, patches[-1].value)
         return JobSpec.of(config, default_store_dir=base.store_dir)
+
+    def _patched(
+        self, base: Base, base_key: tuple[str, ...], values: list[str], patches: list[Patch]
+    ) -> Any:
+        """The base's typed config with ``patches`` in place, cached by the override lines: in a
+        grid every job but the last key's value shares them (Hydra's product varies the last
+        key fastest), so a job costs one replacement, not one per override of its line."""
+        key = (base_key, tuple(values))
+        found = self._prefixes.get(key)
+        if found is None:
+            found = base.spec.config
+            for p in patches:
+                found = replace_path(found, p.path, p.value)
+            if len(self._prefixes) >= 4096:  # a grid whose last key has few values: keep it small
+                self._prefixes.clear()
+            self._prefixes[key] = found
+        return found
 
     def check_values(
         self, job_overrides: Sequence[Sequence[str]], first_num: int = 0

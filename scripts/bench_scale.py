@@ -65,9 +65,7 @@ sys.exit(main(sys.argv[2:]))
 
 def grid(size: int) -> list[str]:
     """Overrides of a ``size``-job grid: clocks x seeds (Hydra's ``range`` sweeps)."""
-    clocks = min(size, MAX_CLOCKS)
-    if size % clocks:
-        raise SystemExit(f"--sizes: {size} is not a multiple of {clocks} clocks")
+    clocks = max(c for c in range(1, min(size, MAX_CLOCKS) + 1) if size % c == 0)
     seeds = size // clocks
     return [f"device.sm_clock_mhz=range(660,{660 + 15 * clocks},15)",
             f"seed=range(0,{seeds})" if seeds > 1 else "seed=0"]
