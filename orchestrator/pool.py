@@ -309,8 +309,9 @@ class GpuPool:
                 and list(self.selections) == [selection_key(None)])
 
     def _join_first(self, total: int, note: Callable[[str], None]) -> None:
-        """Start the workers a few at a time (as many as the machine has cores: sixteen booting
-        at once on two cores all come up late); keep the first that answers, and the others as
+        """Start the workers a few at a time (one per two cores, and one more as each comes up:
+        sixteen booting at once on two cores all come up late, and the first up then loads its
+        framework beside the others' boots); keep the first that answers, and the others as
         they answer (``join``), each within ``start_timeout_s`` of its start.
 
         Raises:
@@ -319,7 +320,7 @@ class GpuPool:
         import ray
 
         self._unspawned = total
-        self._spawn_joining(max(1, os.cpu_count() or 1))
+        self._spawn_joining(max(1, (os.cpu_count() or 1) // 2))
         errors = []
         while not self.slots and self._joining:
             ready, _ = ray.wait(list(self._joining), num_returns=1,

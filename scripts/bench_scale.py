@@ -120,6 +120,8 @@ def run_sweep(
 def bench_grid(size: int, gpus: int, reruns: int, scratch: Path, first_only: bool = False) -> dict:
     """Run one grid, then re-run it ``reruns`` times; the figures of both."""
     tag = f"g{gpus}_n{size}"
+    while (scratch / tag).exists():  # the same grid asked for twice: a fresh store each time
+        tag += "+"
     sweep_dir, state = scratch / tag / "sweep", scratch / tag / "sim"
     sweep_dir.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, DVFS_SIM_STATE_DIR=str(state))
