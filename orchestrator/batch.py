@@ -132,9 +132,10 @@ class JobStream:
         try:
             firsts = self.composer.check_values(self.overrides, self.first_num)
         except UserError as e:
-            i = self.composer.failed_at
-            raise UserError(f"job #{self.first_num + i} ({self.whats[i]}): {e}; nothing was "
-                            "run") from e
+            i, more = self.composer.failed_at, self.composer.more_refused
+            also = f" (and {more} more refused job(s))" if more else ""
+            raise UserError(f"job #{self.first_num + i} ({self.whats[i]}): {e}{also}; nothing "
+                            "was run") from e
         self.samples = [self._job(i, spec) for i, spec in firsts]
         self._machine = machine_key(self.samples[0].device) if self.samples else ""
         self._dirs = {j.store_dir for j in self.samples}

@@ -94,7 +94,8 @@ class SweepComposer:
         self._structural: dict[str, bool] = {}
         self._bases: dict[tuple[str, ...], Base] = {}
         self._patches: dict[tuple[tuple[str, ...], str], Patch] = {}
-        self.failed_at = 0  # the batch index ``check_values`` was at when it raised
+        self.failed_at = 0  # the batch index of the first job ``check_values`` refused
+        self.more_refused = 0  # and how many more it refused
         self._prefixes: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] = {}
 
     # --- the public face ---------------------------------------------------------------------
@@ -143,16 +144,22 @@ class SweepComposer:
             them hold every distinct override.
 
         Raises:
-            UserError: the first value refused (the caller names the job).
+            UserError: the first job refused (``failed_at`` and ``more_refused`` say which, and
+                how many more; the caller names the job).
         """
         seen: set[str] = set()
-        firsts = []
+        firsts, refused = [], []
         for i, overrides in enumerate(job_overrides):
-            if all(o in seen for o in overrides) and firsts:
+            if all(o in seen for o in overrides) and (firsts or refused):
                 continue
             seen.update(overrides)
-            self.failed_at = i
-            firsts.append((i, self.spec(overrides, first_num + i)))
+            try:
+                firsts.append((i, self.spec(overrides, first_num + i)))
+            except UserError as e:
+                refused.append((i, e))
+        if refused:
+            self.failed_at, self.more_refused = refused[0][0], len(refused) - 1
+            raise refused[0][1]
         return firsts
 
     def full(self, overrides: Sequence[str], num: int = 0) -> tuple[Any, Any]:

@@ -9,17 +9,6 @@ not part of the machine: jobs that name different GPUs (the stability sweeper pi
 to its GPU by UUID) share one pool, and each slot (``orchestrator.slot.Slot``) knows which jobs'
 selections include its GPU.
 
-**Early start.** On a local instance whose jobs may run on any GPU, the pool is ready when its
-first worker is: the others join as they come up (``join``), so the first trial does not wait
-for sixteen workers to boot on two cores.
-
-**Calls.** Every call to a worker goes through the pool (``call``: in flight, the slot in that
-call's state), its answer comes back through ``take``, a call is given up with ``cancel``; the
-supervisor calls these, and never edits a slot's fields or the table of calls in flight.
-
-**Lifetime.** A process keeps one pool for every batch of a sweep (``get_pool``); a later batch
-that names a GPU the pool left out restarts it. Calls in flight belong to the pool, not to a
-batch. A local Ray instance started here is shut down with the pool at exit (``close_pool``).
 Ray is imported only inside functions.
 """
 
@@ -29,7 +18,6 @@ import atexit
 import logging
 import math
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -65,10 +53,6 @@ class GpuPool:
         self._inflight: dict[Any, tuple[Slot, Call]] = {}  # object ref -> call, across batches
         self._actor_cls: Any = None
         self._node_gpus: dict[str | None, int] = {}
-        self._joining: dict[Any, tuple[Any, float]] = {}  # identify ref -> worker, deadline
-        self._last_error: str | None = None
-        self.expected = 0  # workers started: the slots there will be once all have joined
-        self._unspawned = 0  # early start: workers still to start
 
     # --- calls to workers ----------------------------------------------------------------------
     def call(
@@ -104,13 +88,12 @@ class GpuPool:
         slot.end_call()
 
     def refs(self) -> list[Any]:
-        """The object refs of every call in flight, and of every worker still joining."""
-        return [*self._inflight, *self._joining]
+        """The object refs of every call in flight."""
+        return list(self._inflight)
 
     def next_deadline(self) -> float:
-        """The earliest deadline of a call in flight or a joining worker (inf: none)."""
-        joining = (deadline for _, deadline in self._joining.values())
-        return min((*(s.deadline for s in self.slots), *joining), default=math.inf)
+        """The earliest deadline of a call in flight (inf: none)."""
+        return min((s.deadline for s in self.slots), default=math.inf)
 
     def retire(self, slot: Slot, reason: str) -> None:
         """Take a GPU out of the sweep for good: forget its call, end its workers."""
@@ -234,10 +217,6 @@ class GpuPool:
                 "with `ray start --num-gpus=N`"
             )
         note(f"ray_gpus: starting {total} worker(s), one per GPU")
-        self.expected = total
-        if self.early:
-            self._join_first(total, note)
-            return
         infos = self._identify_all([self.spawn() for _ in range(total)], note)
         for info, _ in infos:
             for action in info.restored:
@@ -298,88 +277,6 @@ class GpuPool:
                 f"no worker could start on a GPU: {errors[0] if errors else 'none became free'}"
             )
         return infos
-
-    # --- early start: trials begin on the first worker up --------------------------------------
-    @property
-    def early(self) -> bool:
-        """Whether trials may start before every worker is up: a local instance (one node, no
-        duplicate GPUs) whose jobs may run on any GPU (placement ``any``, no ``device.gpus``). On
-        two cores, sixteen workers take ten seconds to boot; the first trial need not wait."""
-        return (self.settings.address is None and self.settings.placement == "any"
-                and list(self.selections) == [selection_key(None)])
-
-    def _join_first(self, total: int, note: Callable[[str], None]) -> None:
-        """Start the workers a few at a time (one per two cores, and one more as each comes up:
-        sixteen booting at once on two cores all come up late, and the first up then loads its
-        framework beside the others' boots); keep the first that answers, and the others as
-        they answer (``join``), each within ``start_timeout_s`` of its start.
-
-        Raises:
-            UserError: no worker answered in time, or every one failed.
-        """
-        import ray
-
-        self._unspawned = total
-        self._spawn_joining(max(1, (os.cpu_count() or 1) // 2))
-        errors = []
-        while not self.slots and self._joining:
-            ready, _ = ray.wait(list(self._joining), num_returns=1,
-                                timeout=max(self.next_deadline() - time.monotonic(), 0.0))
-            if not ready:
-                break
-            slot = self.join(ready[0])
-            if slot is None and self._last_error:
-                errors.append(self._last_error)
-            for action in slot.info.restored if slot else ():
-                note(f"ray_gpus: {action} (left changed by a killed process)")
-        if not self.slots:
-            raise UserError(
-                f"no worker could start on a GPU: {errors[0] if errors else 'none became free'}"
-            )
-
-    def _spawn_joining(self, n: int) -> None:
-        """Start up to ``n`` more of the workers not started yet, each asked which GPU it got."""
-        deadline = time.monotonic() + self.settings.start_timeout_s
-        for _ in range(min(n, self._unspawned)):
-            actor = self.spawn()
-            self._joining[actor.identify.remote(list(self.selections.values()))] = (actor, deadline)
-            self._unspawned -= 1
-
-    def joining(self, ref: Any) -> bool:
-        """Whether ``ref`` is the answer of a worker still joining the pool."""
-        return ref in self._joining
-
-    def join(self, ref: Any) -> Slot | None:
-        """Take a joining worker's answer: its new slot (IDENTIFIED), or None (it failed, or its
-        GPU is already in the pool, and it was ended)."""
-        import ray
-
-        actor, _ = self._joining.pop(ref)
-        self._spawn_joining(1)
-        self._last_error = None
-        try:
-            info: WorkerInfo = ray.get(ref)
-        except ray.exceptions.RayError as e:
-            self._last_error = first_line(e)
-            kill(actor)
-            return None
-        if any(s.uuid == info.uuid for s in self.slots):
-            kill(actor)
-            return None
-        self._node_gpus[info.node_id] = self._node_gpus.get(info.node_id, 0) + 1
-        slot = Slot(info, actor, selections=set(self.selections))
-        self.slots.append(slot)
-        self.slots.sort(key=lambda s: s.info.identity.index)
-        return slot
-
-    def expire_joining(self) -> int:
-        """End the joining workers past their deadline; returns how many."""
-        now = time.monotonic()
-        late = [ref for ref, (_, deadline) in self._joining.items() if deadline <= now]
-        for ref in late:
-            kill(self._joining.pop(ref)[0])
-        self._spawn_joining(len(late))
-        return len(late)
 
     def _keep(self, infos: list[tuple[WorkerInfo, Any]], wanted: dict[str, set[str]]) -> None:
         """A slot for every selected GPU, in host and index order; the other workers end."""
@@ -447,11 +344,8 @@ class GpuPool:
             for s in self.slots:
                 for actor in [s.actor, *s.parked]:
                     kill(actor)
-            for actor, _ in self._joining.values():
-                kill(actor)
         self.slots.clear()
         self._inflight.clear()
-        self._joining.clear()
 
 
 _pool: GpuPool | None = None

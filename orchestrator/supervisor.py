@@ -31,7 +31,6 @@ decides *when*, never edits their fields. Ray is imported only inside functions.
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from pathlib import Path
@@ -76,10 +75,8 @@ class Supervisor:
         self.stores: dict[Path, Any] = {}
         self.frameworks = jobs.frameworks
         self.low_water = 2 * len(pool.slots)  # queued jobs below this: take another chunk
-        self.chunk = max(64, 2 * pool.expected)
-        # Workers of a local Ray instance share this machine's cores; a cluster's have their own.
-        local = self.settings.address is None
-        self.warm_limit = max(1, os.cpu_count() or 1) if local else len(pool.slots)
+        self.chunk = max(64, 2 * len(pool.slots))
+
         self.attempts: dict[str, int] = {}  # trial key -> the attempt a run now gets (default 1)
         self.orphans: dict[str, tuple[Job, str, float]] = {}  # GPU uuid -> job, error, died_at
 
@@ -91,12 +88,13 @@ class Supervisor:
         try:
             self._refill()
             for slot in self.pool.slots:
-                if not slot.live and self.every:
+                if slot.state is SlotState.IDENTIFIED:
+                    self._acquire(slot)
+                elif not slot.live and self.every:
                     self._fail_queue(slot)
                 self._show(slot)
             while not self._finished():
                 self._refill()
-                self._start_next()
                 self._dispatch()
                 refs = self.pool.refs()
                 if not refs:  # nothing runs and nothing can: what is left has no live GPU
@@ -197,18 +195,6 @@ class Supervisor:
         return store
 
     # --- sending work --------------------------------------------------------------------------
-    def _start_next(self) -> None:
-        """Have waiting workers take their GPU and load the frameworks, ``warm_limit`` at a time:
-        on one machine, sixteen workers importing JAX at once share its cores and the first
-        trial waits for all of them; a few at a time, it waits for one."""
-        warming = sum(s.state in (SlotState.ACQUIRING, SlotState.WARMING) for s in self.pool.slots)
-        for slot in self.pool.slots:
-            if warming >= self.warm_limit:
-                return
-            if slot.state is SlotState.IDENTIFIED:
-                self._acquire(slot)
-                warming += 1
-
     def _acquire(self, slot: Slot) -> None:
         self.pool.call(slot, Call.ACQUIRE, self.settings.lease_wait_s)
         self._show(slot)
@@ -242,9 +228,6 @@ class Supervisor:
     def _on_ready(self, ref: Any) -> None:
         import ray
 
-        if self.pool.joining(ref):
-            self._on_join(ref)
-            return
         owner = self.pool.take(ref)
         if owner is None:
             return
@@ -267,24 +250,6 @@ class Supervisor:
         else:  # warm
             slot.mark_idle()
             self._show(slot)
-
-    def _on_join(self, ref: Any) -> None:
-        """A worker of an early-started pool is up: a new GPU, once it admits the batch."""
-        from orchestrator.admit import refusals
-
-        slot = self.pool.join(ref)
-        if slot is None:
-            return
-        self.queues[slot.uuid] = deque()
-        self.low_water = max(self.low_water, 2 * len(self.pool.slots))
-        for store in self.stores.values():  # a re-run finds the trials of every GPU by it
-            store.put_meta("launcher", launcher_meta(self.settings, self.pool.slots))
-        for action in slot.info.restored:
-            self._note_restored(slot, action)
-        refused = refusals([slot], self.jobs.samples)
-        if refused:
-            self._retire(slot, f"it refuses {refused[0]}")
-        self._show(slot)
 
     def _on_acquire(self, slot: Slot, reply: AcquireReply) -> None:
         if not reply.ok:
@@ -373,10 +338,6 @@ class Supervisor:
         self.progress.trial_done(str(status), extra.get("trial_s"))
 
     def _check_deadlines(self) -> None:
-        late = self.pool.expire_joining()
-        if late:
-            self.progress.note(f"ray_gpus: {late} worker(s) did not start within "
-                               f"{self.settings.start_timeout_s:g} s")
         now = time.monotonic()
         for slot in self.pool.slots:
             if slot.deadline > now:

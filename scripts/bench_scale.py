@@ -13,7 +13,8 @@ needs). Printed per grid:
   store then holds each job exactly once (``--reruns`` re-runs, each checked).
 
 The ``--wide`` grid runs 64 simulated GPUs on jobs that wait off-CPU (``device.inject`` sleeps
-``--off-cpu-s`` in each trial, as a GPU kernel leaves the host idle) and prints the steady
+``--off-cpu-s`` in each trial, as a GPU kernel leaves the host idle), each job on every GPU
+(``placement=every``: every worker gets its share however late it came up), and prints the steady
 overhead per trial: a GPU's mean idle gap from one trial's end to its next trial's start, after
 each worker's first trial, counted once every worker is up (dispatch, result, store write,
 progress; ``scripts/bench_launcher.py`` defines it). The wait is long enough (8 s) that 64 trials'
@@ -149,10 +150,10 @@ def bench_wide(gpus: int, per_gpu: int, off_cpu_s: float, scratch: Path) -> dict
     sweep_dir, state = scratch / tag / "sweep", scratch / tag / "sim"
     sweep_dir.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, DVFS_SIM_STATE_DIR=str(state))
-    size = gpus * per_gpu
+    size = per_gpu  # placement=every: each job on every GPU, per_gpu trials on each
     args = [*COMMON, f"device.count={gpus}", *grid(size),
             f"device.inject={{hang_s:{off_cpu_s},times:null}}",
-            "hydra.launcher.start_timeout_s=600"]
+            "hydra.launcher.placement=every", "hydra.launcher.start_timeout_s=900"]
     run = run_sweep(args, sweep_dir, env, scratch / tag / "run.log")
     lanes: dict[int, list] = {}
     for r in launcher._rows(sweep_dir):  # noqa: SLF001 - the same reader as bench_launcher's
@@ -163,10 +164,11 @@ def bench_wide(gpus: int, per_gpu: int, off_cpu_s: float, scratch: Path) -> dict
     # and framework imports share the two cores with every trial).
     all_up = max(min(start for start, _ in lane) for lane in lanes.values())
     steady = {pid: [t for t in lane if t[0] >= all_up] for pid, lane in lanes.items()}
-    res = launcher.figures({"way": tag, "gpus": gpus, "trials": size, "wall_s": run["wall_s"],
+    res = launcher.figures({"way": tag, "gpus": gpus, "trials": size * gpus,
+                            "wall_s": run["wall_s"],
                             "lanes": {p: lane for p, lane in steady.items() if lane},
                             "statuses": {}})
-    return {**run, **res, "size": size, "workers": len(lanes),
+    return {**run, **res, "size": size * gpus, "workers": len(lanes),
             "steady_trials": sum(len(lane) for lane in steady.values())}
 
 

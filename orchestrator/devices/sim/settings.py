@@ -87,10 +87,13 @@ def nvmlDeviceGetGpcClkMinMaxVfOffset(
     rng = m.profiles[i].clock_offset_range_mhz
     if rng is None:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-    is_reference = type(minOffset) is not _c_int or type(maxOffset) is not _c_int
+    if type(minOffset) is _c_int and type(maxOffset) is _c_int:
+        # Not written into: pynvml's defaults are shared objects, and a write would change the
+        # default every later call (and a drop-in signature check) sees.
+        return int(rng[0]), int(rng[1])
     for out, value in ((minOffset, rng[0]), (maxOffset, rng[1])):
         getattr(out, "_obj", out).value = int(value)
-    return NVML_SUCCESS if is_reference else (int(rng[0]), int(rng[1]))
+    return NVML_SUCCESS
 
 
 def nvmlDeviceGetGpcClkVfOffset(device: SimHandle) -> int:
