@@ -2,9 +2,8 @@
 
 Before any trial, every distinct ``device`` config of the batch's checked jobs (the first job
 with each distinct value, ``batch.JobStream.check``) goes to each GPU's worker, which checks it
-against that GPU's policy and supported values and changes nothing (``GpuWorker.check``). A GPU
-that joins the pool later (``GpuPool.join``) is asked the same before its first trial. And the
-pool admits each GPU once (``refuse_duplicates``).
+against that GPU's policy and supported values and changes nothing (``GpuWorker.check``). And
+the pool admits each GPU once (``refuse_duplicates``).
 """
 
 from __future__ import annotations
