@@ -6,7 +6,7 @@ the job's own ``device.gpus`` selects, and handles results **as they finish** (`
 each row is written to the store on the driver at once, so a cluster needs no shared filesystem
 and a killed sweep loses only the trials in flight. Jobs whose trial is already stored are
 skipped, unless ``hydra.launcher.retry`` runs them again as a new attempt (resume, one keyed
-query per store: ``jobs.resume_trials``).
+query per store and chunk: ``orchestrator.resume``).
 
 Failure semantics (the sweep always ends with a row for every job and GPU); a failure the
 setting caused is a result, one of the circumstances is recorded ``not_measured``:
@@ -31,16 +31,15 @@ decides *when*, never edits their fields. Ray is imported only inside functions.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.batch import launcher_meta
-from orchestrator.jobs import record_sweep, resume_trials
 from orchestrator.pool import GpuPool
 from orchestrator.progress import Progress
 from orchestrator.ray_calls import first_line, kill
+from orchestrator.resume import BatchStores
 from orchestrator.rows import JobResult, Status, failure_rows, summarise
 from orchestrator.slot import Call, Slot, SlotState
 
@@ -72,11 +71,14 @@ class Supervisor:
         self.queues: dict[str, deque[Job]] = {s.uuid: deque() for s in pool.slots}  # every
         self.results: dict[int, dict[str, JobResult]] = {}  # job number -> GPU uuid -> result
         self.retired: dict[str, dict[str, Any]] = {}  # GPU uuid -> label, host, reason, time
-        self.stores: dict[Path, Any] = {}
+        self.stores = BatchStores(self.settings)
+        self.dealt: dict[str, int] = {}  # GPU uuid -> jobs sent to it in this batch
         self.frameworks = jobs.frameworks
         self.low_water = 2 * len(pool.slots)  # queued jobs below this: take another chunk
-        self.chunk = max(64, 2 * len(pool.slots))
-
+        self.chunk = max(64, 2 * pool.expected)
+        # Workers of a local Ray instance share this machine's cores; a cluster's have their own.
+        local = self.settings.address is None
+        self.warm_limit = max(1, os.cpu_count() or 1) if local else len(pool.slots)
         self.attempts: dict[str, int] = {}  # trial key -> the attempt a run now gets (default 1)
         self.orphans: dict[str, tuple[Job, str, float]] = {}  # GPU uuid -> job, error, died_at
 
@@ -88,13 +90,12 @@ class Supervisor:
         try:
             self._refill()
             for slot in self.pool.slots:
-                if slot.state is SlotState.IDENTIFIED:
-                    self._acquire(slot)
-                elif not slot.live and self.every:
+                if not slot.live and self.every:
                     self._fail_queue(slot)
                 self._show(slot)
             while not self._finished():
                 self._refill()
+                self._start_next()
                 self._dispatch()
                 refs = self.pool.refs()
                 if not refs:  # nothing runs and nothing can: what is left has no live GPU
@@ -115,8 +116,7 @@ class Supervisor:
             for uuid in list(self.orphans):  # a dead worker's GPU that never reported back
                 self._resolve_orphan(uuid, None, "its GPU never reported back")
         finally:
-            for store in self.stores.values():
-                store.close()
+            self.stores.close()
         if self.progress.skipped:
             self.progress.note(
                 f"ray_gpus: {self.progress.skipped} trial(s) already in the store, skipped (resume)"
@@ -148,14 +148,9 @@ class Supervisor:
         chunk)."""
         while not self.jobs.exhausted and self._queued() < self.low_water:
             chunk = self.jobs.take(self.chunk)
-            stored: dict[tuple[Path, int], dict[str, Any]] = {}
-            for group in {(j.store_dir, j.repeats) for j in chunk}:
-                keys = [j.spec.trial_key(s.uuid) for j in chunk if (j.store_dir, j.repeats) == group
-                        for s in self.pool.slots if s.runs(j)]
-                store = self._store(next(j for j in chunk if j.store_dir == group[0]))
-                stored[group] = resume_trials(store, keys, group[1], self.settings.retry)
-                self.attempts.update({k: r.attempt for k, r in stored[group].items()
-                                      if r.attempt > 1})
+            stored = self.stores.resume(chunk, self.pool.slots)
+            for found in stored.values():
+                self.attempts.update({k: r.attempt for k, r in found.items() if r.attempt > 1})
             for job in chunk:
                 self._plan_job(job, stored[(job.store_dir, job.repeats)])
             for slot in self.pool.slots:  # what a GPU retired before these jobs came cannot run
@@ -165,13 +160,12 @@ class Supervisor:
     def _plan_job(self, job: Job, stored: dict[str, Any]) -> None:
         """Queue one job (per GPU, for ``every``) unless its trial's stored rows stand."""
         done: dict[str, JobResult] = {}
-        slots = [s for s in self.pool.slots if s.runs(job)]
-        for slot in slots:
-            resume = stored.get(job.spec.trial_key(slot.uuid))
+        for uuid in self.stores.gpus_of(job, self.pool.slots):
+            resume = stored.get(job.spec.trial_key(uuid))
             if resume is not None and not resume.run:
-                done[slot.uuid] = JobResult.of(resume.rows, job.spec.objective_name)
+                done[uuid] = JobResult.of(resume.rows, job.spec.objective_name)
         if self.every:
-            for slot in slots:
+            for slot in (s for s in self.pool.slots if s.runs(job)):
                 if slot.uuid in done:
                     self.results.setdefault(job.num, {})[slot.uuid] = done[slot.uuid]
                     self.progress.trial_skipped()
@@ -184,25 +178,26 @@ class Supervisor:
         else:
             self.pending.append(job)
 
-    def _store(self, job: Job) -> Any:
-        from orchestrator.store import ResultStore
-
-        store = self.stores.get(job.store_dir)
-        if store is None:
-            store = self.stores[job.store_dir] = ResultStore(job.store_dir)
-            record_sweep(store, job.spec)
-            store.put_meta("launcher", launcher_meta(self.settings, self.pool.slots))
-        return store
-
     # --- sending work --------------------------------------------------------------------------
+    def _start_next(self) -> None:
+        """Have waiting workers take their GPU and load the frameworks, ``warm_limit`` at a time:
+        on one machine, sixteen workers importing JAX at once share its cores and the first
+        trial waits for all of them; a few at a time, it waits for one."""
+        warming = sum(s.state in (SlotState.ACQUIRING, SlotState.WARMING) for s in self.pool.slots)
+        for slot in self.pool.slots:
+            if warming >= self.warm_limit:
+                return
+            if slot.state is SlotState.IDENTIFIED:
+                self._acquire(slot)
+                warming += 1
+
     def _acquire(self, slot: Slot) -> None:
         self.pool.call(slot, Call.ACQUIRE, self.settings.lease_wait_s)
         self._show(slot)
 
     def _dispatch(self) -> None:
-        for slot in self.pool.slots:
-            if slot.state is not SlotState.IDLE:
-                continue
+        idle = [s for s in self.pool.slots if s.state is SlotState.IDLE]
+        for slot in sorted(idle, key=lambda s: self.dealt.get(s.uuid, 0)):  # the least used first
             if self.every:
                 queue = self.queues[slot.uuid]
                 if not queue:
@@ -210,15 +205,27 @@ class Supervisor:
                 job = queue.popleft()
             else:
                 job = next((j for j in self.pending if slot.runs(j)), None)
-                if job is None:
+                if job is None or self._over_share(slot):
                     continue
                 self.pending.remove(job)
+            self.dealt[slot.uuid] = self.dealt.get(slot.uuid, 0) + 1
             deadline = time.monotonic() + job.timeout_s
             attempt = self._attempt(job, slot)
             self.pool.call(
                 slot, Call.RUN, job.spec, job.sweep_id, attempt, deadline=deadline, job=job
             )
             self._show(slot)
+
+    def _over_share(self, slot: Slot) -> bool:
+        """While workers are still joining or warming up, a GPU takes at most its share of the
+        batch (the jobs over the workers, at least one): a short sweep leaves work for the GPUs
+        that come up late, a long one is not held back."""
+        starting = (SlotState.IDENTIFIED, SlotState.ACQUIRING, SlotState.WARMING)
+        if not self.pool.filling and not any(s.state in starting for s in self.pool.slots):
+            return False
+        workers = self.pool.expected if self.pool.filling else len(self.pool.slots)
+        share = max(1, self.jobs.total // max(workers, 1))
+        return self.dealt.get(slot.uuid, 0) >= share
 
     def _attempt(self, job: Job, slot: Slot) -> int:
         """The attempt number of ``job``'s trial on the slot's GPU."""
@@ -228,6 +235,9 @@ class Supervisor:
     def _on_ready(self, ref: Any) -> None:
         import ray
 
+        if self.pool.joining(ref):
+            self._on_join(ref)
+            return
         owner = self.pool.take(ref)
         if owner is None:
             return
@@ -250,6 +260,25 @@ class Supervisor:
         else:  # warm
             slot.mark_idle()
             self._show(slot)
+
+    def _on_join(self, ref: Any) -> None:
+        """A worker of an early-started pool is up: a new GPU, once it admits the batch."""
+        from orchestrator.admit import refusals
+
+        slot = self.pool.join(ref)
+        if slot is None:
+            if self.pool.join_error:
+                self.progress.note(f"ray_gpus: a worker could not start: {self.pool.join_error}")
+            return
+        self.queues[slot.uuid] = deque()
+        self.low_water = max(self.low_water, 2 * len(self.pool.slots))
+        self.stores.note_gpus(self.pool.slots)  # a re-run finds the trials of every GPU by it
+        for action in slot.info.restored:
+            self._note_restored(slot, action)
+        refused = refusals([slot], self.jobs.samples)
+        if refused:
+            self._retire(slot, f"it refuses {refused[0]}")
+        self._show(slot)
 
     def _on_acquire(self, slot: Slot, reply: AcquireReply) -> None:
         if not reply.ok:
@@ -326,7 +355,7 @@ class Supervisor:
             "dispatched_at": slot.dispatched_at,
             **extra,
         }
-        store = self._store(job)
+        store = self.stores.of(job, self.pool.slots)
         for row in rows:
             row["launch"] = launch
             store.put(row)
@@ -338,6 +367,10 @@ class Supervisor:
         self.progress.trial_done(str(status), extra.get("trial_s"))
 
     def _check_deadlines(self) -> None:
+        late = self.pool.expire_joining()
+        if late:
+            self.progress.note(f"ray_gpus: {late} worker(s) did not start within "
+                               f"{self.settings.start_timeout_s:g} s")
         now = time.monotonic()
         for slot in self.pool.slots:
             if slot.deadline > now:
@@ -417,9 +450,7 @@ class Supervisor:
         self.retired[slot.uuid] = {
             "label": slot.label, "host": slot.info.host, "reason": reason, "at": time.time(),
         }
-        for store in self.stores.values():  # the report names every retired GPU and why
-            retired = {**(store.get_meta("retired_gpus") or {}), slot.uuid: self.retired[slot.uuid]}
-            store.put_meta("retired_gpus", retired)
+        self.stores.note_retired(slot.uuid, self.retired[slot.uuid])
         if self.every:
             self._fail_queue(slot)
         else:
