@@ -9,7 +9,17 @@ not part of the machine: jobs that name different GPUs (the stability sweeper pi
 to its GPU by UUID) share one pool, and each slot (``orchestrator.slot.Slot``) knows which jobs'
 selections include its GPU.
 
-Ray is imported only inside functions.
+**Early start.** On a local instance whose jobs may run on any GPU, the pool is ready when its
+first worker is: the others join as they come up (``join``; ``orchestrator.resume`` finds stored
+trials by every GPU a store recorded, not only those joined so far).
+
+**Calls.** Every call to a worker goes through the pool (``call``: in flight, the slot in that
+call's state), its answer comes back through ``take``, a call is given up with ``cancel``; the
+supervisor calls these, and never edits a slot's fields or the table of calls in flight.
+
+**Lifetime.** A process keeps one pool for every batch of a sweep (``get_pool``); a later batch
+that names a GPU the pool left out restarts it. Calls in flight belong to the pool, not to a
+batch. A local Ray started here ends with the pool (``close_pool``). Ray is imported lazily.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from typing import Any
 from orchestrator.admit import refuse_duplicates
 from orchestrator.errors import UserError
 from orchestrator.jobs import PER_JOB_KEYS, machine_key
+from orchestrator.pool_join import EarlyStart
 from orchestrator.ray_calls import first_line, join_ray, keeping_sigterm_handler, kill
 from orchestrator.slot import Call, Slot, selection_key
 from orchestrator.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker, WorkerInfo
@@ -33,7 +44,7 @@ log = logging.getLogger(__name__)
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine, loopback mode
 
 
-class GpuPool:
+class GpuPool(EarlyStart):
     """The workers of one machine (one ``device`` config) on a local Ray instance or a cluster.
 
     Args:
@@ -53,6 +64,8 @@ class GpuPool:
         self._inflight: dict[Any, tuple[Slot, Call]] = {}  # object ref -> call, across batches
         self._actor_cls: Any = None
         self._node_gpus: dict[str | None, int] = {}
+        self.expected = 0  # workers started: the slots there will be once all have joined
+        self.reset_joining()
 
     # --- calls to workers ----------------------------------------------------------------------
     def call(
@@ -88,18 +101,19 @@ class GpuPool:
         slot.end_call()
 
     def refs(self) -> list[Any]:
-        """The object refs of every call in flight."""
-        return list(self._inflight)
+        """The object refs of every call in flight, and of every worker still joining."""
+        return [*self._inflight, *self._joining]
 
     def next_deadline(self) -> float:
-        """The earliest deadline of a call in flight (inf: none)."""
-        return min((s.deadline for s in self.slots), default=math.inf)
+        """The earliest deadline of a call in flight or a joining worker (inf: none)."""
+        joining = (deadline for _, deadline in self._joining.values())
+        return min((*(s.deadline for s in self.slots), *joining), default=math.inf)
 
     def retire(self, slot: Slot, reason: str) -> None:
         """Take a GPU out of the sweep for good: forget its call, end its workers."""
         self._inflight.pop(slot.ref, None)
-        for actor in slot.retire(reason):
-            kill(actor)
+        for actor in slot.retire(reason):  # while workers join, held: none lands on this GPU
+            self.hold(actor) if self.filling else kill(actor)
 
     def start_worker(self, slot: Slot, *, deadline: float, replacing: bool = True) -> None:
         """Start a new worker for the slot's GPU on its node and ask it which GPU it got.
@@ -217,6 +231,10 @@ class GpuPool:
                 "with `ray start --num-gpus=N`"
             )
         note(f"ray_gpus: starting {total} worker(s), one per GPU")
+        self.expected = total
+        if self.early:
+            self._join_first(total, note)
+            return
         infos = self._identify_all([self.spawn() for _ in range(total)], note)
         for info, _ in infos:
             for action in info.restored:
@@ -344,6 +362,7 @@ class GpuPool:
             for s in self.slots:
                 for actor in [s.actor, *s.parked]:
                     kill(actor)
+        self.end_joining()
         self.slots.clear()
         self._inflight.clear()
 
