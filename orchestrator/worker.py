@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.devices.base import DeviceIdentity
+from orchestrator.errors import DeviceLostError
 from orchestrator.jobs import PER_JOB_KEYS
 from orchestrator.journal import Journal
 from orchestrator.trial_trace import TrialTrace
@@ -158,31 +159,52 @@ def pci_order_key(pci_bus_id: str) -> tuple[int, ...]:
         return (1 << 62,)
 
 
+def node_devices(backend: Any) -> list[Any]:
+    """Every GPU of the node by NVML index: its ``Device``, or the index itself for a GPU that
+    has fallen off the bus (NVML refuses its handle, so nothing else of it can be read)."""
+    found: list[Any] = []
+    for index in range(backend.count()):
+        try:
+            found.append(backend.device(index=index))
+        except DeviceLostError:
+            found.append(index)
+    return found
+
+
 def gpu_uuid_for(devices: list[Any], ray_gpu_id: Any) -> str:
     """The UUID of the GPU behind one Ray GPU id on this node.
 
     Args:
-        devices: every ``Device`` of the node's backend.
+        devices: every ``Device`` of the node's backend, or (``node_devices``) the NVML index of
+            one that is lost: it keeps its index's place in the PCI order, as NVML lists GPUs in
+            PCI bus order.
         ray_gpu_id: what ``ray.get_gpu_ids()`` gave this process: a CUDA ordinal (PCI bus order)
             or a GPU UUID.
 
     Raises:
         DeviceNotFoundError: no such GPU on this node.
+        DeviceLostError: the ordinal is that of a GPU that has fallen off the bus.
     """
     from orchestrator.errors import DeviceNotFoundError
 
+    lost = [d for d in devices if isinstance(d, int)]
+    devices = [d for d in devices if not isinstance(d, int)]
     text = str(ray_gpu_id)
     if text.startswith(("GPU-", "MIG-")):
         if any(d.identity.uuid == text for d in devices):
             return text
         raise DeviceNotFoundError(f"Ray gave this worker GPU {text}, which NVML does not list here")
-    ordered = sorted(devices, key=lambda d: pci_order_key(d.identity.pci_bus_id))
+    ordered: list[Any] = sorted(devices, key=lambda d: pci_order_key(d.identity.pci_bus_id))
+    for index in lost:
+        ordered.insert(index, index)
     k = int(float(text))
     if not 0 <= k < len(ordered):
         raise DeviceNotFoundError(
             f"Ray gave this worker GPU {k}, but this node has {len(ordered)} GPU(s): declare no "
             f"more GPUs to Ray (ray start --num-gpus) than the node has"
         )
+    if isinstance(ordered[k], int):
+        raise DeviceLostError(f"Ray gave this worker GPU {k}, which has fallen off the bus")
     return ordered[k].identity.uuid
 
 
@@ -241,11 +263,16 @@ class GpuWorker:
         self._cfg = node_device_cfg(device_cfg)
         self._ray_gpu_id = ray_gpu_id
         self._backend = open_backend(self._cfg, join_existing=True)
-        self.uuid = gpu_uuid_for(list(self._backend.devices()), ray_gpu_id)
-        self._device = self._backend.device(uuid=self.uuid)
         self._session: Any = None  # orchestrator.session.GpuSession, from acquire on
         self._ctx: Any = None
         self._trials = 0
+        self._lost: str | None = None  # its GPU fell off the bus: identify says so, nothing runs
+        try:
+            self.uuid = gpu_uuid_for(node_devices(self._backend), ray_gpu_id)
+        except DeviceLostError as e:  # alive, it holds the lost GPU: Ray places no other there
+            self._lost = str(e)
+            return
+        self._device = self._backend.device(uuid=self.uuid)
 
     # --- who am I ------------------------------------------------------------------------------
     def identify(self, selections: list[Any] = ()) -> WorkerInfo:
@@ -262,6 +289,8 @@ class GpuWorker:
         from orchestrator import trial_trace
         from orchestrator.devices import journal_dir
 
+        if self._lost is not None:
+            raise DeviceLostError(self._lost)
         restored = self._restore_dead_owner()
         dead_trace = trial_trace.take_trace(journal_dir(self._cfg), self.uuid)
         selected, select_errors = self._selected(selections)

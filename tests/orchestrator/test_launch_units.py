@@ -55,6 +55,18 @@ def test_a_ray_gpu_id_that_is_a_uuid_names_the_gpu_and_an_unknown_one_is_refused
         gpu_uuid_for(DEVICES, 3)
 
 
+def test_a_lost_gpu_keeps_its_place_in_the_order_and_its_ordinal_says_it_is_lost():
+    """NVML refuses a lost GPU's handle, so nothing of it (not its PCI id) can be read: it keeps
+    its NVML index's place (NVML lists GPUs in PCI order), and the others map as before."""
+    from orchestrator.errors import DeviceLostError
+
+    ordered = [Dev(Identity(0, "GPU-a", "00000000:07:00.0")), 1,
+               Dev(Identity(2, "GPU-c", "00000000:C1:00.0"))]
+    assert [gpu_uuid_for(ordered, k) for k in (0, 2)] == ["GPU-a", "GPU-c"]
+    with pytest.raises(DeviceLostError, match="Ray gave this worker GPU 1, which has fallen off"):
+        gpu_uuid_for(ordered, 1)
+
+
 def test_launcher_settings_accept_any_every_or_uuids_and_refuse_the_rest():
     assert LaunchSettings.from_mapping({"placement": "every"}).placement == "every"
     assert LaunchSettings.from_mapping({"placement": ["GPU-a", "GPU-b"]}).placement == (
