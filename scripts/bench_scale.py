@@ -194,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wide-per-gpu", type=int, default=12, help="jobs per GPU of that grid")
     p.add_argument("--off-cpu-s", type=float, default=8.0, help="off-CPU wait per wide trial")
     p.add_argument("--no-wide", action="store_true")
+    p.add_argument("--wide-only", action="store_true", help="only the wide grid")
     p.add_argument("--first-only", action="store_true",
                    help="stop each sweep at its first stored trial (time to first trial alone)")
     ns = p.parse_args(argv)
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{os.cpu_count()} CPU cores; scratch {scratch}; common: {' '.join(COMMON)}")
     print(f"{'GPUs':>4} {'jobs':>6} {'first_s':>8} {'wall_s':>8} {'cpu/job':>10} "
           f"{'peak_rss':>9} {'resume_s':>9}  stored once")
-    for gpus in (int(g) for g in ns.gpus.split(",")):
+    for gpus in () if ns.wide_only else (int(g) for g in ns.gpus.split(",")):
         for size in (int(s) for s in ns.sizes.split(",")):
             r = bench_grid(size, gpus, ns.reruns, scratch, ns.first_only)
             first = "-" if r["first_s"] is None else f"{r['first_s']:.1f}"

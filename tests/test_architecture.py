@@ -35,7 +35,8 @@ FLOORS: dict[int, tuple[str, ...]] = {
     4: ("orchestrator.trial", "orchestrator.session"),
     5: ("orchestrator.worker", "orchestrator.app"),
     6: ("orchestrator.slot", "orchestrator.pool", "orchestrator.supervisor", "orchestrator.launch",
-        "orchestrator.batch", "orchestrator.admit"),
+        "orchestrator.batch", "orchestrator.admit", "orchestrator.resume",
+        "orchestrator.pool_join"),
     7: ("orchestrator.cli", "hydra_plugins"),
 }
 """Floor -> rooms, bottom up: the table of ``docs/architecture.md``."""

@@ -169,6 +169,32 @@ def test_a_grid_longer_than_a_chunk_streams_and_two_reruns_store_each_job_once(
     assert len(stored(d)) == 90
 
 
+def test_a_fresh_pool_gives_every_gpu_work_and_its_rerun_measures_no_stored_trial_again(
+    sim4, tmp_path
+):
+    """A fresh local pool starts trials on its first worker up while the others join one by one
+    (early start). A short sweep still reaches every GPU (each takes its share while the others
+    come up), and a re-run finds the trials stored by GPUs that have not joined yet: the store's
+    recorded GPUs are asked too."""
+    from collections import Counter
+
+    from orchestrator.pool import close_pool
+
+    d = tmp_path / "joining"
+    common = ("workload=selu", "device.sm_clock_mhz=1110,1260", "measure.window_s=0.2",
+              f"hydra.sweep.dir={d}")
+    close_pool()
+    assert sweep(*common, "seed=range(40,44)") == 0
+    rows = stored(d)
+    assert len(rows) == 8 and len({r["device_uuid"] for r in rows}) == 4
+    close_pool()  # a new process's pool: its workers join one by one again
+    assert sweep(*common, "seed=range(40,47)") == 0
+    again = stored(d)
+    assert len(again) == 14
+    assert set(Counter(r["config_hash"] for r in again).values()) == {1}  # none measured twice
+    assert {r["trial_key"] for r in rows} <= {r["trial_key"] for r in again}
+
+
 def test_a_refused_combination_stops_the_sweep_with_one_line_and_keeps_what_ran(
     sim4, tmp_path, capsys
 ):
