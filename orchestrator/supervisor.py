@@ -198,23 +198,25 @@ class Supervisor:
     def _dispatch(self) -> None:
         idle = [s for s in self.pool.slots if s.state is SlotState.IDLE]
         for slot in sorted(idle, key=lambda s: self.dealt.get(s.uuid, 0)):  # the least used first
-            if self.every:
-                queue = self.queues[slot.uuid]
-                if not queue:
-                    continue
-                job = queue.popleft()
-            else:
-                job = next((j for j in self.pending if slot.runs(j)), None)
-                if job is None or self._over_share(slot):
-                    continue
-                self.pending.remove(job)
-            self.dealt[slot.uuid] = self.dealt.get(slot.uuid, 0) + 1
-            deadline = time.monotonic() + job.timeout_s
-            attempt = self._attempt(job, slot)
-            self.pool.call(
-                slot, Call.RUN, job.spec, job.sweep_id, attempt, deadline=deadline, job=job
-            )
-            self._show(slot)
+            self._send(slot)
+
+    def _send(self, slot: Slot) -> None:
+        """Send an idle GPU its next job, if there is one it may take now."""
+        if self.every:
+            queue = self.queues[slot.uuid]
+            if not queue:
+                return
+            job = queue.popleft()
+        else:
+            job = next((j for j in self.pending if slot.runs(j)), None)
+            if job is None or self._over_share(slot):
+                return
+            self.pending.remove(job)
+        self.dealt[slot.uuid] = self.dealt.get(slot.uuid, 0) + 1
+        deadline = time.monotonic() + job.timeout_s
+        attempt = self._attempt(job, slot)
+        self.pool.call(slot, Call.RUN, job.spec, job.sweep_id, attempt, deadline=deadline, job=job)
+        self._show(slot)
 
     def _over_share(self, slot: Slot) -> bool:
         """While workers are still joining or warming up, a GPU takes at most its share of the
@@ -314,7 +316,10 @@ class Supervisor:
                 return
             slot.mark_idle()
             slot.trial_returned(reply.builds)
-            self._record(slot, job, reply.rows, reply.timing())
+            extra = {**reply.timing(), "dispatched_at": slot.dispatched_at}
+            if not reply.unhealthy:  # the next job first: the GPU need not wait for the write
+                self._send(slot)
+            self._record(slot, job, reply.rows, extra)
             if reply.unhealthy:  # it failed during this trial: no further trials
                 self._retire(slot, reply.unhealthy)
                 return
