@@ -24,7 +24,8 @@ classifier's matmuls 3 passes, tanh 1 + 3, bias adds 1 + 1.
 
 Footprint (:func:`footprint`): parameters, momentum, gradients, and the activations the backward
 pass keeps (per layer: its input, query, key, value, the attention probabilities, the context,
-the MLP input, GELU's input and output; LayerNorm inputs).
+the MLP input, GELU's input and output; LayerNorm inputs). At ``gpu``: 2.15 TFLOP per step (XLA:
+0.5 % more), ~3.8 GiB. Tolerance (:data:`TOLERANCE`): measured errors in :mod:`kernels.models`.
 """
 
 from __future__ import annotations

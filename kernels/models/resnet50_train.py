@@ -26,8 +26,8 @@ Footprint (:func:`footprint`): parameters, momentum and gradients (one each), an
 activations the backward pass needs: every convolution's input, every BatchNorm's input and
 every ReLU's output, the pooled features and logits.
 
-Tolerance (:data:`TOLERANCE`): measured at ``tiny`` against the float64 reference:
-see the table in :mod:`kernels.models`.
+At ``gpu`` the model is 6.05 TFLOP per step (XLA: 1.2 % more) and ~31 GiB of device memory,
+30 GiB of it activations. Tolerance (:data:`TOLERANCE`): measured errors in :mod:`kernels.models`.
 """
 
 from __future__ import annotations
