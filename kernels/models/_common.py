@@ -324,3 +324,8 @@ def footprint_bytes(work: Work, params: int, data_elements: int, itemsize: int) 
     }
     parts["total"] = sum(parts.values())
     return parts
+
+
+def batch_of(size: Any) -> int:
+    """Samples one step processes: the size's batch (the models' ``items_fn``)."""
+    return int(size.batch)

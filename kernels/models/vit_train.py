@@ -230,4 +230,8 @@ SPEC = KernelSpec(
     jax_fn=jax_function,
     tf_fn=tf_function,
     shapes_fn=input_shapes,
+    unit="samples/s",
+    items_fn=common.batch_of,
+    tolerances=TOLERANCE,
+    footprint_fn=footprint,
 )
