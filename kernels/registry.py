@@ -40,6 +40,8 @@ from kernels.spec import KernelOptionError, KernelSpec, UnknownKernelError
 
 __all__ = [
     "FRAMEWORKS",
+    "KERNELS",
+    "MODELS",
     "WORKLOADS",
     "KernelOptionError",
     "UnknownKernelError",
@@ -53,6 +55,12 @@ ENTRY_POINT_GROUP = "dvfs.workloads"
 WORKLOAD_PATH_ENV = "DVFS_WORKLOAD_PATH"
 CUSTOM = "custom"  # the config name of a workload given by ``workload.target``
 
+KERNELS: tuple[str, ...] = tuple(
+    m.SPEC.name for m in (stencil, gemm, selu, conv3d, mlp_train, hessian)
+)
+"""The micro-kernels, in the order of the study."""
+MODELS: tuple[str, ...] = tuple(MODEL_SPECS)
+"""The study's models: one training step each."""
 WORKLOADS: Mapping[str, KernelSpec] = MappingProxyType(
     {m.SPEC.name: m.SPEC for m in (stencil, gemm, selu, conv3d, mlp_train, hessian)}
     | dict(MODEL_SPECS)
