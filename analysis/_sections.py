@@ -240,6 +240,36 @@ def comparisons(doc: Doc, d: ReportData) -> None:
         doc.table(table.rename(columns=READABLE))
 
 
+def memory(doc: Doc, d: ReportData) -> None:
+    """Throughput in each workload's own unit, energy per sample and peak device memory, per
+    workload and framework (absent when no trial recorded memory)."""
+    df = d.df[d.df["status"] == OK]
+    peak = pd.to_numeric(df["peak_memory_bytes"], errors="coerce")
+    if not peak.notna().any():
+        return
+    doc.h(2, "Memory per framework")
+    rows = []
+    keys = ["workload", "framework", "device_name"]
+    for key, g in df.assign(_peak=peak).groupby(keys, sort=False, dropna=False):
+        numbers = {c: pd.to_numeric(g[c], errors="coerce") for c in (
+            "rate", "energy_per_item_j", "peak_memory_per_item_bytes",
+            "memory_used_after_bytes")}
+        rows.append({
+            **dict(zip(keys, key, strict=True)),
+            "throughput": f"{fmt_sig(numbers['rate'].median())} {g['rate_unit'].iloc[0]}",
+            "energy per item (J)": fmt_sig(numbers["energy_per_item_j"].median()),
+            "peak memory (GiB)": fmt_sig(g["_peak"].max() / 2**30),
+            "peak per item (MiB)": fmt_sig(numbers["peak_memory_per_item_bytes"].max() / 2**20),
+            "NVML used after (GiB)": fmt_sig(numbers["memory_used_after_bytes"].max() / 2**30),
+            "from": str(g["memory_source"].iloc[0]),
+        })
+    doc.p("Medians over the settings' ok trials (peak: the largest). On the simulated GPU the "
+          "peak is the workload's modelled footprint at its sim_size, the same for both "
+          "frameworks, and NVML's used memory adds each framework's allocator policy: it cannot "
+          "tell which framework needs less memory (see README).")
+    doc.table(pd.DataFrame(rows))
+
+
 def not_measured(doc: Doc, d: ReportData) -> None:
     """The trials that measured nothing (their GPU was unhealthy, their worker was killed from
     outside): no result, no failure, listed apart; absent when there are none."""
@@ -312,7 +342,7 @@ def versions(doc: Doc, d: ReportData) -> None:
 
 
 SECTIONS: tuple[Callable[[Doc, ReportData], None], ...] = (
-    header, summary, recommendations, stability, comparisons, failures, not_measured,
+    header, summary, recommendations, stability, comparisons, memory, failures, not_measured,
     configuration, devices, versions,
 )
 """The report's sections, in reading order."""

@@ -1,10 +1,11 @@
 """Reading results stores into a DataFrame, and writing frames out.
 
 One row of the frame is one trial (one repeat of one setting), exactly as the trial wrote it, plus
-``sweep_dir``: the directory of the store it came from. Every column of the row schema is present
-even when no row had it (filled with missing values), so the analysis functions can rely on it.
-Stores are opened read-only, so a sweep that is still running can be read: the frame holds every
-trial committed so far.
+``sweep_dir``: the directory of the store it came from, and ``peak_memory_per_item_bytes``: the
+trial's peak device memory per sample (or token) of one call, for workloads that count them. Every
+column of the row schema is present even when no row had it (filled with missing values), so the
+analysis functions can rely on it. Stores are opened read-only, so a sweep that is still running can
+be read: the frame holds every trial committed so far.
 
 A trial run again (a re-run of one stored as not measured) is stored as a new attempt beside the
 old; by default the frame holds each trial's latest attempt (:func:`latest_attempts`), and a
@@ -45,6 +46,11 @@ ROW_COLUMNS: list[str] = [
     # measured
     "iterations", "time_s", "time_per_iter_s", "throughput", "tflops", "gbps", "energy_j",
     "energy_per_iter_j", "energy_per_tflop_j", "energy_per_gb_j",
+    # in the workload's own unit (samples/s, tokens/s...)
+    "rate_unit", "rate", "items_per_call", "energy_per_item_j",
+    # device memory
+    "peak_memory_bytes", "framework_peak_bytes", "memory_source", "memory_used_before_bytes",
+    "memory_used_after_bytes",
     # checks
     "rel_error", "max_abs_error", "nonfinite_count", "determinism_mismatches", "status",
     "failed_by", "error", "digest", "checked_iters", "check_time_s",
@@ -143,6 +149,9 @@ def load(
         failed_by=[failed_by(s) if _missing(f) else f
                    for s, f in zip(df["status"], df["failed_by"])],
     )
+    peak = pd.to_numeric(df["peak_memory_bytes"], errors="coerce")
+    items = pd.to_numeric(df["items_per_call"], errors="coerce")
+    df["peak_memory_per_item_bytes"] = peak / items  # per sample or token (NaN: no items)
     if attempts == "latest":
         df = latest_attempts(df)
     elif attempts != "all":

@@ -54,6 +54,10 @@ _REDUCE = {
     "energy_per_gb_j": "median",
     "rel_error": "max",
     "iterations": "sum",
+    "rate": "median",
+    "energy_per_item_j": "median",
+    "peak_memory_bytes": "max",
+    "peak_memory_per_item_bytes": "max",
 }
 OBJECTIVES = ("baseline", "min_energy", "min_edp", "min_ed2p", "min_energy_within_slowdown")
 

@@ -28,8 +28,16 @@ from kernels.registry import (
     build_kernel,
     get_spec,
     list_workloads,
+    load_workload,
 )
-from kernels.spec import KernelOptionError, KernelSpec, UnknownKernelError, WorkCounts
+from kernels.spec import (
+    KernelOptionError,
+    KernelSpec,
+    UnknownKernelError,
+    WorkCounts,
+    Workload,
+    make_sizes,
+)
 
 __all__ = [
     "FRAMEWORKS",
@@ -43,12 +51,15 @@ __all__ = [
     "UnknownKernelError",
     "Verdict",
     "WorkCounts",
+    "Workload",
     "build_kernel",
     "check_outputs",
     "compiled_work",
     "fingerprint_hex",
     "get_spec",
     "list_workloads",
+    "load_workload",
+    "make_sizes",
     "numpy_fingerprint",
     "output_digest",
     "tolerance_for",

@@ -32,7 +32,7 @@ import numpy as np
 from kernels import frameworks as fw
 from kernels.cost import CompiledWork, compiled_work
 from kernels.fingerprint import jax_fingerprint, tf_fingerprint
-from kernels.spec import ITEMSIZE, KernelOptionError, KernelSpec, WorkCounts
+from kernels.spec import KernelOptionError, KernelSpec, WorkCounts
 
 
 def format_size(size: Any) -> str:
@@ -44,10 +44,19 @@ def format_size(size: Any) -> str:
     return " ".join(parts)
 
 
-def _check_framework(framework: str) -> None:
+def check_framework(spec: KernelSpec, framework: str) -> None:
+    """Refuse a framework that does not exist, or that the workload is not written in.
+
+    Raises:
+        KernelOptionError: naming the frameworks there are.
+    """
     if framework not in fw.FRAMEWORKS:
         raise KernelOptionError(
             f"unknown framework {framework!r}; choose one of: {', '.join(fw.FRAMEWORKS)}"
+        )
+    if framework not in spec.frameworks:
+        raise KernelOptionError(
+            f"workload {spec.name!r} has no {framework} step; it has: {', '.join(spec.frameworks)}"
         )
 
 
@@ -102,6 +111,15 @@ class _JaxBackend:
     @staticmethod
     def to_numpy(handle: Any) -> np.ndarray:
         return np.asarray(handle)
+
+    def peak_memory(self) -> tuple[int | None, str]:
+        stats = self._jax.local_devices()[0].memory_stats()  # None on the CPU
+        if not stats or "peak_bytes_in_use" not in stats:
+            return None, "jax memory_stats() gives nothing on this device"
+        return int(stats["peak_bytes_in_use"]), "jax memory_stats peak_bytes_in_use"
+
+    def reset_peak_memory(self) -> bool:
+        return False  # JAX has no reset: its peak is the process's
 
 
 class _TensorFlowBackend:
@@ -178,6 +196,17 @@ class _TensorFlowBackend:
     def to_numpy(handle: Any) -> np.ndarray:
         return np.asarray(handle.numpy())
 
+    def _memory_device(self) -> str:
+        return self._device.rpartition("device:")[2] if "device:" in self._device else "CPU:0"
+
+    def peak_memory(self) -> tuple[int | None, str]:
+        info = self._tf.config.experimental.get_memory_info(self._memory_device())
+        return int(info["peak"]), "tf get_memory_info peak"
+
+    def reset_peak_memory(self) -> bool:
+        self._tf.config.experimental.reset_memory_stats(self._memory_device())
+        return True
+
 
 class BuiltKernel:
     """One workload compiled for one (framework, preset, variant, dtype, precision, seed, xla).
@@ -209,7 +238,7 @@ class BuiltKernel:
         xla: bool = False,
         variant: str | None = None,
     ):
-        _check_framework(framework)
+        check_framework(spec, framework)
         self.variant = spec.validate(preset, dtype, precision, variant)
         start = time.perf_counter()
         self.spec = spec
@@ -221,7 +250,7 @@ class BuiltKernel:
         self.seed = int(seed)
         self.xla = True if framework == "jax" else bool(xla)
         self.size = spec.sizes[preset][self.variant]
-        self.counts: WorkCounts = spec.count_fn(self.size, ITEMSIZE[dtype])
+        self.counts: WorkCounts = spec.counts(preset, dtype, self.variant)
         self.framework_version = fw.framework_version(framework)
         self._reference: np.ndarray | None = None
         inputs = self._rounded_inputs()
@@ -283,9 +312,10 @@ class BuiltKernel:
         """Run one call and return its output as a NumPy array (in the kernel's dtype)."""
         return self.to_numpy(self.call_device())
 
-    def reference(self) -> np.ndarray:
-        """The float64 NumPy reference on the same (dtype-rounded) inputs; computed once."""
-        if self._reference is None:
+    def reference(self) -> np.ndarray | None:
+        """The float64 NumPy reference on the same (dtype-rounded) inputs; computed once (None:
+        the workload has none, and is checked for determinism and finiteness only)."""
+        if self._reference is None and self.spec.reference_fn is not None:
             inputs = [a.astype(np.float64) for a in self._rounded_inputs()]
             self._reference = np.asarray(self.spec.reference_fn(self.size, *inputs), np.float64)
         return self._reference
@@ -312,6 +342,17 @@ class BuiltKernel:
             self.xla,
             self.variant,
         )
+
+    def peak_memory(self) -> tuple[int | None, str]:
+        """The framework's peak device memory in bytes, and where the figure comes from: JAX's
+        ``memory_stats()["peak_bytes_in_use"]`` (None where the device keeps no stats, as the
+        CPU; since the process started: JAX cannot reset it), TensorFlow's
+        ``get_memory_info(device)["peak"]`` (since :meth:`reset_peak_memory`)."""
+        return self._backend.peak_memory()
+
+    def reset_peak_memory(self) -> bool:
+        """Start the peak over where the framework allows (TensorFlow); False where it cannot."""
+        return self._backend.reset_peak_memory()
 
     def describe(self) -> dict[str, Any]:
         """Identity of the kernel as plain values, for a results row."""

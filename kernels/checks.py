@@ -129,7 +129,8 @@ def tolerance_for(dtype: str, precision: str, workload: str) -> float:
     Args:
         dtype: ``"float32"`` or ``"bfloat16"``.
         precision: ``"default"``, ``"highest"`` or ``"tf32"``.
-        workload: a registry name.
+        workload: a workload name: a built-in kernel's (the table above), or one whose
+            :class:`~kernels.spec.Workload` gives ``tolerances`` (the models, a user's).
 
     Returns:
         The tolerance on ``||out - ref||_2 / ||ref||_2``.
@@ -139,9 +140,7 @@ def tolerance_for(dtype: str, precision: str, workload: str) -> float:
         KernelOptionError: for a dtype or precision without a tolerance.
     """
     if workload not in FP32_TOLERANCE:
-        raise UnknownKernelError(
-            f"no tolerance for workload {workload!r}; known: {', '.join(FP32_TOLERANCE)}"
-        )
+        return _spec_tolerance(dtype, precision, workload)
     if dtype == "bfloat16":
         return BF16_TOLERANCE[workload]
     if dtype != "float32":
@@ -153,6 +152,22 @@ def tolerance_for(dtype: str, precision: str, workload: str) -> float:
     raise KernelOptionError(
         f"no tolerance for precision {precision!r} of {workload!r} in float32"
     )
+
+
+def _spec_tolerance(dtype: str, precision: str, workload: str) -> float:
+    """A workload's own ``tolerances``: ``bfloat16`` by dtype; in float32, ``float32`` at the
+    ``highest`` precision, ``tf32`` (else ``float32``) at ``default`` and ``tf32``."""
+    from kernels.registry import get_spec
+
+    table = get_spec(workload).tolerances
+    if not table:
+        raise UnknownKernelError(f"workload {workload!r} gives no tolerances")
+    key = dtype if dtype != "float32" else "float32" if precision == "highest" else "tf32"
+    value = table.get(key, table.get("float32") if key == "tf32" else None)
+    if value is None:
+        raise KernelOptionError(f"workload {workload!r} gives no tolerance for {dtype} "
+                                f"at precision {precision!r}; it has: {', '.join(table)}")
+    return float(value)
 
 
 def output_digest(array: np.ndarray) -> str:
@@ -213,7 +228,7 @@ def _compare(output: np.ndarray, reference: np.ndarray) -> _Errors:
 
 def check_outputs(
     outputs: Sequence[np.ndarray],
-    reference: np.ndarray,
+    reference: np.ndarray | None,
     dtype: str,
     precision: str,
     workload: str,
@@ -225,7 +240,9 @@ def check_outputs(
 
     Args:
         outputs: the sampled outputs (NumPy arrays), at least one; include the last call's.
-        reference: the float64 reference of the same computation on the same inputs.
+        reference: the float64 reference of the same computation on the same inputs; None for a
+            workload without one (then only finiteness and determinism are checked, and the
+            errors and tolerance read NaN).
         dtype: the kernel's dtype (chooses the tolerance).
         precision: the kernel's precision (chooses the tolerance).
         workload: the registry name (chooses the tolerance).
@@ -244,17 +261,29 @@ def check_outputs(
         raise ValueError("check_outputs needs at least one output to compare with the reference")
     if any(isinstance(o, str | bytes) for o in outputs):
         raise ValueError("outputs must be arrays; pass digests with digests=[...]")
-    tol = tolerance_for(dtype, precision, workload) if tolerance is None else float(tolerance)
-    reference = np.asarray(reference)
     arrays = [np.asarray(o) for o in outputs]
     if digests is None:
         digests = [output_digest(a) for a in arrays]
+    if reference is None:
+        tol = rel = max_abs = float("nan")
+        nonfinite = sum(int(np.size(a) - np.count_nonzero(np.isfinite(a))) for a in arrays)
+        return _verdict(nonfinite, False, digests, (rel, max_abs, tol), len(arrays))
+    tol = tolerance_for(dtype, precision, workload) if tolerance is None else float(tolerance)
+    reference = np.asarray(reference)
     errors = [_compare(a, reference) for a in arrays]
     rel = max(e.rel_error for e in errors)
     max_abs = max(e.max_abs_error for e in errors)
     nonfinite = sum(e.nonfinite for e in errors)
+    return _verdict(nonfinite, not rel <= tol, digests, (rel, max_abs, tol), len(arrays))
+
+
+def _verdict(
+    nonfinite: int, too_far: bool, digests: Sequence[str], figures: tuple[float, float, float],
+    compared: int,
+) -> CheckResult:
+    rel, max_abs, tol = figures
     mismatches = count_mismatches(list(digests))
-    if nonfinite or not rel <= tol:
+    if nonfinite or too_far:
         verdict = Verdict.WRONG
     elif mismatches:
         verdict = Verdict.NONDETERMINISTIC
@@ -268,5 +297,5 @@ def check_outputs(
         determinism_mismatches=mismatches,
         tolerance=tol,
         calls_hashed=len(digests),
-        outputs_compared=len(arrays),
+        outputs_compared=compared,
     )

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kernels import frameworks as fw
-from kernels.spec import ITEMSIZE, KernelSpec
+from kernels.spec import ITEMSIZE, KernelSpec, WorkCounts
 
 WorkSource = Literal["xla_cost_analysis", "tf_graph_ops", "analytic"]
 WORK_SOURCES: tuple[str, ...] = ("xla_cost_analysis", "tf_graph_ops", "analytic")
@@ -122,15 +122,35 @@ def compiled_work(
     with _lock:
         work = _cache.get(key)
         if work is None:
-            work = _analyse(spec, framework, spec.sizes[preset][variant], dtype, precision, xla)
+            work = _analyse(spec, framework, (preset, variant), dtype, precision, xla)
             _cache[key] = work
     return work
 
 
+def derived_counts(
+    spec: KernelSpec, preset: str, dtype: str = "float32", variant: str | None = None
+) -> WorkCounts:
+    """The work of one call from XLA's cost analysis, for a workload without a ``count_fn``:
+    its JAX step compiled, or else its TensorFlow step compiled with XLA.
+
+    Raises:
+        RuntimeError: XLA could not compile it, so nothing can say what it does.
+    """
+    framework = "jax" if spec.jax_fn is not None else "tensorflow"
+    work = compiled_work(spec, framework, preset, dtype, "default", True, variant)
+    if work.source == "analytic":
+        raise RuntimeError(f"workload {spec.name!r} has no count_fn and XLA could not derive "
+                           f"its work: {work.note}")
+    return WorkCounts(work.flops, work.bytes_moved)
+
+
 def _analyse(
-    spec: KernelSpec, framework: str, size: Any, dtype: str, precision: str, xla: bool
+    spec: KernelSpec, framework: str, where: tuple[str, str], dtype: str, precision: str,
+    xla: bool,
 ) -> CompiledWork:
-    counts = spec.count_fn(size, ITEMSIZE[dtype])
+    preset, variant = where
+    size = spec.sizes[preset][variant]
+    counts = None if spec.count_fn is None else spec.count_fn(size, ITEMSIZE[dtype])
     source = "xla_cost_analysis" if xla else "tf_graph_ops"
     start = time.perf_counter()
     try:
@@ -139,8 +159,11 @@ def _analyse(
         elif xla:
             flops, nbytes, launches = _tf_xla_work(spec, size, dtype, precision)
         else:
-            flops, nbytes, launches = counts.flops, *_tf_graph_work(spec, size, dtype, precision)
+            known = counts or derived_counts(spec, preset, dtype, variant)
+            flops, nbytes, launches = known.flops, *_tf_graph_work(spec, size, dtype, precision)
     except Exception as e:  # noqa: BLE001 - any failure of a source falls back, and says why
+        if counts is None:
+            return CompiledWork(0.0, 0.0, 1, "analytic", note=f"{type(e).__name__}: {e}"[:200])
         note = f"{source} failed, analytic counts charged: {type(e).__name__}: {e}"
         return CompiledWork(
             float(counts.flops), float(counts.bytes_moved), 1, "analytic",

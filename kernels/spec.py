@@ -1,10 +1,13 @@
 """What a workload is, apart from any framework: sizes, dtypes, precisions and its work counts.
 
-A :class:`KernelSpec` describes one workload. It answers, without importing JAX or TensorFlow and
-without allocating anything, how much work one call does (:class:`WorkCounts`) and which compute
-roof applies (:meth:`KernelSpec.peak`), so a simulator or a planner can use it cheaply. The same
-spec carries the hooks :func:`kernels.build.build_kernel` uses to make inputs, the float64
-reference and the JAX and TensorFlow functions.
+A :class:`Workload` (also named :class:`KernelSpec`) describes one workload: the built-in kernels,
+the study's models and a user's own step are all one of these (``kernels.registry`` finds them by
+name, by an entry point of the ``dvfs.workloads`` group, or by a ``module:factory`` target). It
+answers, without importing JAX or TensorFlow and without allocating anything, how much work one
+call does (:class:`WorkCounts`) and which compute roof applies (:meth:`KernelSpec.peak`), so a
+simulator or a planner can use it cheaply. The same spec carries the hooks
+:func:`kernels.build.build_kernel` uses to make inputs, the float64 reference and the JAX and
+TensorFlow functions.
 
 Units and conventions:
 
@@ -25,6 +28,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
 Peak = Literal["fp32", "tf32", "bf16", "fp16", "fp64"]
+Unit = Literal["TFLOP/s", "GB/s", "samples/s", "tokens/s"]
+UNITS: tuple[str, ...] = ("TFLOP/s", "GB/s", "samples/s", "tokens/s")
 
 PRESETS: tuple[str, ...] = ("tiny", "cpu", "gpu")
 ITEMSIZE: Mapping[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
@@ -80,6 +85,17 @@ class KernelSpec:
         shapes_fn: ``shapes_fn(size) -> tuple of shapes``, those of ``inputs_fn``'s arrays,
             computed without making them (the compiled-work analysis traces at a GPU size
             with abstract shapes: :mod:`kernels.cost`).
+        unit: the throughput unit its rows report (``rate``): ``TFLOP/s`` (the default), ``GB/s``,
+            ``samples/s`` or ``tokens/s`` (these two need ``items_fn``).
+        items_fn: ``items_fn(size) -> int``, the samples (or tokens) one call processes.
+        tolerances: the relative error allowed, by ``"float32"``, ``"tf32"`` and ``"bfloat16"``;
+            None: the built-in table of :mod:`kernels.checks`.
+        footprint_fn: ``footprint_fn(size, itemsize) -> {part: bytes}``, the device memory one
+            call holds (parameters, optimizer state, activations...): the simulated GPU's peak.
+
+    A hook left None means: ``count_fn``, derive the work from XLA's cost analysis of the compiled
+    step (:mod:`kernels.cost`); ``reference_fn``, no reference (determinism and finiteness are
+    still checked); ``jax_fn`` or ``tf_fn``, the workload lacks that framework.
     """
 
     name: str
@@ -89,12 +105,45 @@ class KernelSpec:
     precisions: tuple[str, ...]
     compute_bound: bool
     uses_matmul: bool
-    count_fn: Callable[[Any, int], WorkCounts] = dataclasses.field(repr=False)
+    count_fn: Callable[[Any, int], WorkCounts] | None = dataclasses.field(repr=False)
     inputs_fn: Callable[..., tuple[Any, ...]] = dataclasses.field(repr=False)
-    reference_fn: Callable[..., Any] = dataclasses.field(repr=False)
-    jax_fn: Callable[[Any], Callable[..., Any]] = dataclasses.field(repr=False)
-    tf_fn: Callable[[Any], Callable[..., Any]] = dataclasses.field(repr=False)
+    reference_fn: Callable[..., Any] | None = dataclasses.field(repr=False)
+    jax_fn: Callable[[Any], Callable[..., Any]] | None = dataclasses.field(repr=False)
+    tf_fn: Callable[[Any], Callable[..., Any]] | None = dataclasses.field(repr=False)
     shapes_fn: Callable[[Any], tuple[tuple[int, ...], ...]] = dataclasses.field(repr=False)
+    unit: Unit = "TFLOP/s"
+    items_fn: Callable[[Any], int] | None = dataclasses.field(default=None, repr=False)
+    tolerances: Mapping[str, float] | None = None
+    footprint_fn: Callable[[Any, int], Mapping[str, int]] | None = dataclasses.field(
+        default=None, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise KernelOptionError(_choices("unit", self.unit, UNITS, f"workload {self.name!r}"))
+        if self.unit in ("samples/s", "tokens/s") and self.items_fn is None:
+            raise KernelOptionError(
+                f"workload {self.name!r} reports {self.unit} but has no items_fn"
+            )
+        if not self.frameworks:
+            raise KernelOptionError(f"workload {self.name!r} has neither jax_fn nor tf_fn")
+
+    @property
+    def frameworks(self) -> tuple[str, ...]:
+        """The frameworks it is implemented in."""
+        return tuple(f for f, fn in (("jax", self.jax_fn), ("tensorflow", self.tf_fn)) if fn)
+
+    def items(self, preset: str, variant: str | None = None) -> int | None:
+        """Samples or tokens per call at ``preset`` (None for a FLOP/s or GB/s workload)."""
+        if self.unit not in ("samples/s", "tokens/s") or self.items_fn is None:
+            return None
+        return int(self.items_fn(self.size(preset, variant)))
+
+    def footprint(self, preset: str, dtype: str = "float32") -> dict[str, int] | None:
+        """The modelled device memory of one call, by part (None: the workload gives none)."""
+        if self.footprint_fn is None:
+            return None
+        return dict(self.footprint_fn(self.size(preset), ITEMSIZE[dtype]))
 
     @property
     def presets(self) -> tuple[str, ...]:
@@ -167,9 +216,13 @@ class KernelSpec:
             variant: a shape variant, or None for the default one.
 
         Returns:
-            The work of one call.
+            The work of one call; derived from XLA's cost analysis when ``count_fn`` is None.
         """
         variant = self.validate(preset, dtype, "default", variant)
+        if self.count_fn is None:
+            from kernels.cost import derived_counts
+
+            return derived_counts(self, preset, dtype, variant)
         return self.count_fn(self.sizes[preset][variant], ITEMSIZE[dtype])
 
     def peak(self, dtype: str, precision: str = "default") -> Peak:
@@ -207,3 +260,7 @@ def make_sizes(**presets: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]]:
     if len(set(variants)) != 1:
         raise ValueError(f"every preset needs the same variants, got {variants}")
     return {k: dict(v) for k, v in presets.items()}
+
+
+Workload = KernelSpec
+"""The public name of a workload's description: what a user's factory returns."""

@@ -64,10 +64,11 @@ class DeviceConfig:
 class WorkloadConfig:
     """Which kernel, at which size."""
 
-    name: str = "gemm"  # stencil, gemm, selu, conv3d, mlp_train, hessian
+    name: str = "gemm"  # a built-in (gemm, resnet50_train...), an entry point's name, or custom
     size: str = "cpu"  # size preset the kernel really runs at: tiny, cpu, gpu
     dtype: str = "float32"  # input dtype: float32, bfloat16, ...
     sim_size: Optional[str] = "gpu"  # the size the simulated GPU models (None: the size above)
+    target: Optional[str] = None  # workload=custom: "package.module:factory" (kernels.Workload)
 
 
 @dataclass
@@ -116,6 +117,16 @@ class DvfsConfig:
     quiet: bool = False  # no per-trial summary on stdout
 
 
+def register_entry_point_workloads(cs: Any) -> None:
+    """A ``workload/<name>`` config for each installed ``dvfs.workloads`` entry point, so that
+    ``workload=<name>`` composes like a built-in (nothing of it is imported until validation)."""
+    from kernels.registry import workload_entry_points
+
+    for name in workload_entry_points():
+        if name not in ("custom", "workload_schema"):
+            cs.store(group="workload", name=name, node=WorkloadConfig(name=name))
+
+
 def register_configs() -> None:
     """Register the schemas in Hydra's ConfigStore (idempotent)."""
     from hydra.core.config_store import ConfigStore
@@ -124,6 +135,7 @@ def register_configs() -> None:
     cs.store(name="dvfs_schema", node=DvfsConfig)
     cs.store(group="device", name="device_schema", node=DeviceConfig)
     cs.store(group="workload", name="workload_schema", node=WorkloadConfig)
+    register_entry_point_workloads(cs)
     cs.store(group="framework", name="framework_schema", node=FrameworkConfig)
     cs.store(group="measure", name="measure_schema", node=MeasureConfig)
 

@@ -83,19 +83,26 @@ def config_hash(resolved: Mapping[str, Any]) -> str:
 def validate_workload(cfg: Any) -> Any:
     """Check workload x framework x size x dtype x precision against the kernel registry.
 
+    A user's workload (``workload=custom workload.target=...``, or an entry point's name) is
+    loaded here, on the driver, so a target that does not import or a factory that returns
+    something else is a one-line error before any device is touched.
+
     Returns:
-        The workload's ``kernels.KernelSpec``.
+        The workload's ``kernels.Workload``.
 
     Raises:
-        UserError: a framework, size, dtype or precision the workload does not have.
+        UserError: an unknown workload or one that does not load; a framework, size, dtype or
+            precision the workload does not have.
     """
-    from kernels import get_spec
+    from kernels.build import check_framework
+    from kernels.registry import load_workload
     from kernels.spec import KernelOptionError
 
     if cfg.framework.name not in ("jax", "tensorflow"):
         raise UserError(f"framework={cfg.framework.name!r} is not one of: jax, tensorflow")
     try:
-        spec = get_spec(cfg.workload.name)
+        spec = load_workload(cfg.workload.name, getattr(cfg.workload, "target", None))
+        check_framework(spec, cfg.framework.name)
         spec.validate(cfg.workload.size, cfg.workload.dtype, cfg.framework.precision)
         if cfg.workload.sim_size is not None:
             spec.validate(cfg.workload.sim_size, cfg.workload.dtype, cfg.framework.precision)
@@ -191,6 +198,17 @@ class JobSpec:
     def resolved(self) -> dict[str, Any]:
         """The config as plain values: stored beside every row, hashed into the trial key."""
         return asdict(self.config)
+
+    @cached_property
+    def workload_name(self) -> str:
+        """The workload's own name: ``workload.name``, or for ``workload=custom`` the name its
+        target's workload gives itself (what rows and tolerances go by)."""
+        workload = self.config.workload
+        if not workload.target:
+            return workload.name
+        from kernels.registry import load_workload
+
+        return load_workload(workload.name, workload.target).name
 
     @cached_property
     def request(self) -> SettingsRequest:

@@ -136,6 +136,16 @@ class TrialRow:
     energy_per_iter_j: float | None = None
     energy_per_tflop_j: float | None = None
     energy_per_gb_j: float | None = None
+    rate_unit: str | None = None  # the workload's throughput unit: TFLOP/s, GB/s, samples/s...
+    rate: float | None = None  # the throughput in that unit
+    items_per_call: int | None = None  # samples (or tokens) per call, for samples/s, tokens/s
+    energy_per_item_j: float | None = None  # joules per sample (or token)
+    # device memory
+    peak_memory_bytes: int | None = None  # the trial's peak (the sim's model on the sim)
+    framework_peak_bytes: int | None = None  # what the framework itself reports (None: JAX/CPU)
+    memory_source: str | None = None  # where peak_memory_bytes comes from
+    memory_used_before_bytes: int | None = None  # NVML used, before the kernel was built
+    memory_used_after_bytes: int | None = None  # NVML used, after the window
     # checks
     rel_error: float | None = None
     max_abs_error: float | None = None
@@ -186,7 +196,7 @@ def base_row(
         started_at=time.time(), ended_at=None,
         device_index=identity.index, device_uuid=identity.uuid, device_name=identity.name,
         driver_version=identity.driver_version, backend=identity.backend,
-        framework=cfg.framework.name, framework_version=None, workload=cfg.workload.name,
+        framework=cfg.framework.name, framework_version=None, workload=job.workload_name,
         size=cfg.workload.size, sim_size=cfg.workload.sim_size if sim else None,
         dtype=cfg.workload.dtype, precision=cfg.framework.precision,
         sm_clock_min_mhz=sm[0] if sm else None, sm_clock_max_mhz=sm[1] if sm else None,
@@ -291,8 +301,23 @@ def validity(meas: Any, request: SettingsRequest, measure: Any) -> str | None:
     return "; ".join(reasons) or None
 
 
-def fill_checks(row: dict[str, Any], checks: Checks, reference: np.ndarray, job: JobSpec) -> None:
-    """The correctness checks of the window's outputs, and the status they give."""
+def fill_rate(row: dict[str, Any], unit: str, items: int | None) -> None:
+    """The throughput in the workload's own unit (``rate``, ``rate_unit``), and for samples/s or
+    tokens/s the energy per sample or token."""
+    rate = {"TFLOP/s": row.get("tflops"), "GB/s": row.get("gbps")}.get(unit)
+    if items is not None:
+        per_call, energy = row.get("throughput"), row.get("energy_per_iter_j")
+        rate = per_call * items if per_call is not None else None
+        row["energy_per_item_j"] = energy / items if energy is not None and items else None
+    row.update(rate_unit=unit, rate=rate, items_per_call=items)
+
+
+def fill_checks(
+    row: dict[str, Any], checks: Checks, reference: np.ndarray | None, job: JobSpec,
+    workload: str,
+) -> None:
+    """The correctness checks of the window's outputs, and the status they give (``workload``:
+    the workload's own name, which chooses the tolerance)."""
     from kernels import check_outputs
 
     cfg = job.config
@@ -301,7 +326,7 @@ def fill_checks(row: dict[str, Any], checks: Checks, reference: np.ndarray, job:
         reference,
         cfg.workload.dtype,
         cfg.framework.precision,
-        cfg.workload.name,
+        workload,
         digests=checks.digests,
     )
     row.update(
@@ -330,7 +355,8 @@ def summarise(rows: Sequence[Mapping[str, Any]], label: str) -> str:
             lines.append(
                 f"{label} #{r['repeat']}: {r['status']}, "
                 f"{r['iterations']} iters in {r['time_s']:.3f} s, "
-                f"{r['tflops'] or 0:.2f} TFLOP/s, {energy}, "
+                f"{r.get('rate') or r['tflops'] or 0:.4g} {r.get('rate_unit') or 'TFLOP/s'}, "
+                f"{energy}, "
                 f"SM {r['observed_sm_clock_mhz'] or 0:.0f} MHz"
                 + ("" if r["valid"] else f", INVALID: {r['invalid_reason']}")
             )

@@ -54,7 +54,14 @@ import numpy as np
 from orchestrator.devices.base import Device, KernelWork
 from orchestrator.errors import DeviceError, DeviceLostError, UserError
 from orchestrator.guard import SettingsGuard
-from orchestrator.rows import Status, base_row, fail_rows, fill_checks, fill_measured
+from orchestrator.rows import (
+    Status,
+    base_row,
+    fail_rows,
+    fill_checks,
+    fill_measured,
+    fill_rate,
+)
 from orchestrator.window import KernelCalls, SimulatedCrash, measure_window
 
 if TYPE_CHECKING:
@@ -123,8 +130,9 @@ def _measure(
 
     cfg, device = job.config, ctx.device
     spec = validate_workload(cfg)
+    used_before = device.memory_used_bytes()
     kernel = ctx.kernels.get(
-        cfg.workload.name,
+        spec.name,
         framework=cfg.framework.name,
         preset=cfg.workload.size,
         dtype=cfg.workload.dtype,
@@ -140,6 +148,8 @@ def _measure(
     # the compiled work is what the device is charged (on the sim) or what it ran.
     counts = spec.counts(preset=preset, dtype=cfg.workload.dtype)
     work = _charged_work(kernel, spec, counts, preset, cfg, base)
+    memory = _memory_model(device, spec, counts, preset, cfg) if sim_sized else None
+    getattr(kernel, "reset_peak_memory", bool)()  # a stand-in kernel may keep no figures
     m = cfg.measure
     if ctx.on_kernel_calls is not None:
         ctx.on_kernel_calls()
@@ -151,11 +161,38 @@ def _measure(
         rows.append(row)
         window = measure_window(kernel, device, work, m, ctx.rng)
         fill_measured(row, window, counts, job)
+        fill_rate(row, spec.unit, spec.items(preset))
         if window.measurement.method == "none":
             row["energy_note"] = device.capabilities().energy_note or "no energy sensor"
         row["temperature_c"] = device.temperature_c()
-        fill_checks(row, window.checks, reference, job)
+        fill_checks(row, window.checks, reference, job, spec.name)
+        _fill_memory(row, kernel, memory, (used_before, device.memory_used_bytes()))
         row["ended_at"] = time.time()
+
+
+def _memory_model(device: Device, spec: Any, counts: Any, preset: str, cfg: Any) -> int:
+    """The simulated GPU's in-use peak of the workload at ``preset`` (``sim_size``): its
+    footprint, or (a kernel without one) its inputs and output; the sim records what the
+    process would hold for it (``devices.sim.memory``)."""
+    parts = spec.footprint(preset, cfg.workload.dtype)
+    in_use = sum(parts.values()) if parts else int(counts.bytes_moved)
+    device.model_allocation(in_use, cfg.framework.name)
+    return in_use
+
+
+def _fill_memory(
+    row: dict[str, Any], kernel: Any, modelled: int | None, used: tuple[int | None, ...]
+) -> None:
+    """Peak device memory (the sim's model, else the framework's own figure) and NVML's used
+    memory before the kernel was built and after the window."""
+    hook = getattr(kernel, "peak_memory", None)
+    peak, source = hook() if hook is not None else (None, "the kernel reports no memory")
+    row.update(framework_peak_bytes=peak, memory_source=source,
+               memory_used_before_bytes=used[0], memory_used_after_bytes=used[1])
+    if modelled is not None:
+        row.update(peak_memory_bytes=modelled, memory_source="sim model: footprint at sim_size")
+    else:
+        row["peak_memory_bytes"] = peak
 
 
 def _charged_work(

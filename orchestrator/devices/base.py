@@ -251,6 +251,18 @@ class Device(abc.ABC):
         """
         return {"usage": self.power_mw(), "instant": None, "average": None}
 
+    def memory_used_bytes(self) -> int | None:
+        """Device memory in use by every process (NVML's ``used``), in bytes; None where the
+        device does not say (the CPU)."""
+        return None
+
+    def model_allocation(self, in_use_bytes: int, framework: str) -> int | None:
+        """The simulated GPU's hook: what a process running a workload whose in-use peak is
+        ``in_use_bytes`` would hold (context and allocator pool), now recorded as used. A real
+        device allocates for itself: None."""
+        del in_use_bytes, framework
+        return None
+
     def instant_power_mw(self) -> int:
         """The instantaneous reading (``capabilities().power_sensing.reading``), in mW.
 

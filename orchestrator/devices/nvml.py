@@ -349,6 +349,16 @@ class NvmlDevice(Device):
         """The GPU die temperature in degrees C."""
         return int(self._call("nvmlDeviceGetTemperature", self._nvml.NVML_TEMPERATURE_GPU))
 
+    def memory_used_bytes(self) -> int | None:
+        """NVML's used device memory in bytes (``nvmlDeviceGetMemoryInfo``, v1: the driver's
+        reserve included); None where the board does not say."""
+        from orchestrator.errors import DeviceNotSupportedError
+
+        try:
+            return int(self._call("nvmlDeviceGetMemoryInfo").used)
+        except DeviceNotSupportedError:
+            return None
+
     def clock_event_reasons(self) -> ClockEventReason:
         """Why the clock is held down now, as the reasons this package knows."""
         fn = (

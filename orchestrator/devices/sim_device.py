@@ -43,6 +43,15 @@ class SimDevice(NvmlDevice):
         """Account one kernel call on the model (time, energy, clocks); the fault it drew."""
         return self._sim("simDeviceRecordKernelCall", work).fault
 
+    def model_allocation(self, in_use_bytes: int, framework: str) -> int | None:
+        """Record what the trial's process would hold on a real board (``sim.memory``): NVML's
+        used memory reports it from now on; returns it."""
+        from orchestrator.devices.sim.memory import process_bytes
+
+        held = process_bytes(in_use_bytes, framework)
+        self._sim("simDeviceSetAllocatedBytes", held)
+        return held
+
     def stability_threshold_mhz(self, kernel_class: str, framework: str = "") -> int:
         """The planted or seeded threshold (ground truth, for tests and reports on the sim)."""
         return int(self._sim("simDeviceGetStabilityThresholdMhz", kernel_class, framework))

@@ -18,17 +18,17 @@ from kernels import (
     build_kernel,
     check_outputs,
     get_spec,
-    list_workloads,
     output_digest,
     tolerance_for,
 )
+from kernels.registry import KERNELS
 
 FRAMEWORK_MODES = (("jax", False), ("tensorflow", False), ("tensorflow", True))
 
 
 def _cases() -> list:
     cases = []
-    for name in list_workloads():
+    for name in KERNELS:  # the models: tests/kernels/test_models.py
         spec = get_spec(name)
         for dtype in spec.dtypes:
             for precision in spec.precisions_for(dtype):
@@ -59,7 +59,7 @@ def test_kernel_matches_its_float64_reference_and_repeats_bitwise(
     assert np.std(k.reference()) > 1e-3
 
 
-@pytest.mark.parametrize("name", list_workloads())
+@pytest.mark.parametrize("name", KERNELS)
 @pytest.mark.parametrize("framework", ["jax", "tensorflow"])
 def test_check_catches_one_flipped_bit_in_a_real_output(frameworks, name, framework):
     k = build_kernel(name, framework, "tiny", "float32", seed=7)
@@ -81,7 +81,7 @@ def test_check_catches_one_flipped_bit_in_a_real_output(frameworks, name, framew
     assert check_outputs([good, wrong], ref, k.dtype, k.precision, name).verdict is Verdict.WRONG
 
 
-@pytest.mark.parametrize("name", list_workloads())
+@pytest.mark.parametrize("name", KERNELS)
 def test_a_nan_in_a_real_output_is_wrong(frameworks, name):
     k = build_kernel(name, "jax", "tiny", "float32", seed=3)
     out = k.call().copy()
@@ -90,7 +90,7 @@ def test_a_nan_in_a_real_output_is_wrong(frameworks, name):
     assert result.verdict is Verdict.WRONG and result.nonfinite_count == 1
 
 
-@pytest.mark.parametrize("name", list_workloads())
+@pytest.mark.parametrize("name", KERNELS)
 def test_jax_and_tensorflow_agree_on_the_same_seed(frameworks, name):
     a = build_kernel(name, "jax", "tiny", seed=11)
     b = build_kernel(name, "tensorflow", "tiny", seed=11)

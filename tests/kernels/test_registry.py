@@ -9,10 +9,15 @@ from kernels.checks import FP32_TOLERANCE, tolerance_for
 from kernels.registry import KernelOptionError, UnknownKernelError, build_kernel
 
 NAMES = ("stencil", "gemm", "selu", "conv3d", "mlp_train", "hessian")
+MODELS = ("resnet50_train", "bert_train", "vit_train")
 
 
-def test_registry_lists_the_six_workloads_in_study_order():
-    assert list_workloads() == NAMES
+def test_registry_lists_the_six_kernels_then_the_three_models_in_study_order():
+    from kernels.registry import KERNELS
+    from kernels.registry import MODELS as REGISTERED_MODELS
+
+    assert list_workloads() == NAMES + MODELS
+    assert (KERNELS, REGISTERED_MODELS) == (NAMES, MODELS)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -10,9 +10,9 @@ public name; signatures, return types and structs are nvidia-ml-py's own.
   driver API 12.4 (``12040``), what an R550 driver reports.
 - Memory (``nvmlDeviceGetMemoryInfo``, v1 and ``version=nvmlMemory_v2``): the board's capacity
   from its profile (``memory_gib``, or the "NNGB" in its profile or marketing name); the driver
-  reserves about 1 %, and nothing else is ever allocated (the sim's kernels run on the host), so
-  v2 reports that as ``reserved`` and ``used`` 0, and v1 (where used includes reserved) reports it
-  as ``used``.
+  reserves about 1 %, reported as ``reserved`` by v2 (and in v1's ``used``, which includes it);
+  ``used`` is what a trial told the sim its process holds (``memory.simDeviceSetAllocatedBytes``:
+  the modelled context and allocator pool), 0 when nothing ran.
 - Utilisation: ``gpu`` is 100 % while a kernel is resident (the last thing the GPU did was a
   kernel call) and 0 when idle; ``memory`` is the last call's share of memory-bound time where the
   state records it (``memory_util``), else 0 when idle and ``gpu`` when busy. Video engines are
@@ -41,6 +41,7 @@ import pynvml as _real
 
 from orchestrator.devices.base import ClockEventReason
 from orchestrator.devices.sim.driver import SimHandle, current_machine, gpu_of, setter_of
+from orchestrator.devices.sim.memory import allocated_bytes
 from orchestrator.devices.sim.state import Machine
 
 NVMLError = _real.NVMLError
@@ -133,15 +134,16 @@ def nvmlDeviceGetMemoryInfo(handle: SimHandle, version: Any = None) -> Any:
     if total is None:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     reserved = int(total * _RESERVED_SHARE) // _MIB * _MIB
+    held = min(allocated_bytes(m.read(i)), total - reserved)
     if not version:
         info = _real.c_nvmlMemory_t()
-        info.total, info.used, info.free = total, reserved, total - reserved
+        info.total, info.used, info.free = total, reserved + held, total - reserved - held
         return info
     if version != nvmlMemory_v2:
         raise NVMLError(NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
     info = _real.c_nvmlMemory_v2_t()
     info.version, info.total, info.reserved = version, total, reserved
-    info.used, info.free = 0, total - reserved
+    info.used, info.free = held, total - reserved - held
     return info
 
 

@@ -122,6 +122,7 @@ from orchestrator.devices.sim.health import (  # noqa: F401 - the pynvml surface
     simDeviceSetLost,
     simDeviceSetTemperatureC,
 )
+from orchestrator.devices.sim.memory import simDeviceSetAllocatedBytes  # noqa: F401
 from orchestrator.devices.sim.monitoring import (  # noqa: F401 - the pynvml surface
     nvmlDeviceGetBrand,
     nvmlDeviceGetC2cModeInfoV,

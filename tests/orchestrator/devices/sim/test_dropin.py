@@ -255,6 +255,31 @@ def test_memory_info_v1_and_v2_in_pynvmls_structs(machine):
         sim.nvmlDeviceGetMemoryInfo(h, version=3)
 
 
+def test_memory_a_trial_holds_is_nvmls_used_memory_with_each_frameworks_allocator(machine):
+    """A trial tells the sim what its process holds (context and allocator pool); NVML reports
+    it as used. JAX without preallocation holds its peak rounded to 2 MiB; TensorFlow with memory
+    growth holds the doubling regions its peak needed (2+4+...+2**k MiB)."""
+    from orchestrator.devices.sim.memory import CONTEXT_BYTES, allocator_pool_bytes
+
+    mib = 2**20
+    assert allocator_pool_bytes(5 * mib + 1, "jax") == 6 * mib
+    assert allocator_pool_bytes(5 * mib + 1, "tensorflow") == (2 + 4) * mib
+    assert allocator_pool_bytes(7 * mib, "tensorflow") == (2 + 4 + 8) * mib
+    assert allocator_pool_bytes(0, "tensorflow") == allocator_pool_bytes(0, "jax") == 0
+    h = sim.nvmlDeviceGetHandleByIndex(1)
+    before = sim.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+    held = CONTEXT_BYTES + allocator_pool_bytes(3 * 2**30, "tensorflow")
+    sim.simDeviceSetAllocatedBytes(h, held)
+    v1 = sim.nvmlDeviceGetMemoryInfo(h)
+    v2 = sim.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+    assert v2.used == held and v1.used == held + v2.reserved
+    assert v2.free == before.free - held and v1.free == v2.free
+    other = sim.nvmlDeviceGetHandleByIndex(0)  # nothing ran there: only the driver's reserve
+    assert sim.nvmlDeviceGetMemoryInfo(other, version=pynvml.nvmlMemory_v2).used == 0
+    sim.simDeviceSetAllocatedBytes(h, 10**15)  # more than the board: used is all there is
+    assert sim.nvmlDeviceGetMemoryInfo(h).free == 0
+
+
 def test_utilization_follows_what_the_gpu_last_did(machine):
     h = sim.nvmlDeviceGetHandleByIndex(0)
     idle = sim.nvmlDeviceGetUtilizationRates(h)

@@ -1,0 +1,234 @@
+"""One training step of a BERT-base encoder with a sequence-classification head.
+
+Architecture (``BertSize``): word embeddings (``vocab`` x ``hidden``) plus learned position
+embeddings (``seq`` x ``hidden``), LayerNorm; ``layers`` post-LN encoder layers
+(:mod:`kernels.models._transformer`: ``heads`` heads, MLP width ``mlp``, exact GELU, LayerNorm
+epsilon 1e-12); a pooler (dense ``hidden`` -> ``hidden`` and tanh on the first token) and a dense
+classifier to ``classes``. There are no token-type embeddings and no attention mask (every
+token is real), and no dropout. ``gpu`` is BERT-base: L=12, H=768, A=12, MLP 3072, vocabulary
+30522, sequence 128, batch 32, 2 classes (109.5 M parameters with the head). ``tiny``: 2 layers
+of width 128 (2 heads, MLP 512), vocabulary 1000, sequence 32, batch 8.
+
+Data: token ids drawn uniformly from the vocabulary and passed as floats (B, S), cast to int32
+inside the step: exact in float32 (ids below 2**24), which is why the workload offers float32
+only (bfloat16 would round ids above 256); one-hot labels (B, classes). Initialisation: every
+weight ``N(0, 0.02**2)`` (BERT's), biases zero, LayerNorm scale 1 and bias 0.
+
+Step: see :mod:`kernels.models._common` (cross-entropy, SGD with momentum 0.9, learning rate
+:data:`LEARNING_RATE`; output ``[loss, new parameters...]``).
+
+Counts: the encoder layers as in :mod:`kernels.models._transformer`; the embedding lookups cost
+no FLOPs forward and ``T * hidden`` adds each backward (the gradient's scatter-add, and the
+position gradient's sum over the batch), their sum 1 + 1 per element; the pooler's and the
+classifier's matmuls 3 passes, tanh 1 + 3, bias adds 1 + 1.
+
+Footprint (:func:`footprint`): parameters, momentum, gradients, and the activations the backward
+pass keeps (per layer: its input, query, key, value, the attention probabilities, the context,
+the MLP input, GELU's input and output; LayerNorm inputs). At ``gpu``: 2.15 TFLOP per step (XLA:
+0.5 % more), ~3.8 GiB. Tolerance (:data:`TOLERANCE`): measured errors in :mod:`kernels.models`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from kernels.frameworks import import_jax, import_tensorflow
+from kernels.models import _common as common
+from kernels.models import _transformer as transformer
+from kernels.spec import KernelSpec, WorkCounts, make_sizes
+
+LEARNING_RATE = 0.05
+LN_EPSILON = 1e-12
+INIT_STD = 0.02
+TOLERANCE = {"float32": 1e-6, "tf32": 3e-4}
+
+
+class BertSize(NamedTuple):
+    """Batch, sequence length, layers, hidden width, heads, MLP width, vocabulary, classes."""
+
+    batch: int
+    seq: int
+    layers: int
+    hidden: int
+    heads: int
+    mlp: int
+    vocab: int
+    classes: int
+
+
+SIZES = make_sizes(
+    tiny={"base": BertSize(8, 32, 2, 128, 2, 512, 1000, 2)},
+    cpu={"base": BertSize(16, 64, 4, 256, 4, 1024, 8000, 2)},
+    gpu={"base": BertSize(32, 128, 12, 768, 12, 3072, 30522, 2)},
+)
+
+
+def _walk(size: BertSize) -> tuple[list[common.ParamSpec], common.Work]:
+    h = size.hidden
+    init = f"normal:{INIT_STD}"
+    specs = [
+        common.ParamSpec("word_embed/embedding", (size.vocab, h), init),
+        common.ParamSpec("pos_embed/embedding", (size.seq, h), init),
+        *transformer.norm_specs("embed_ln", h),
+    ]
+    work = common.Work()
+    t = size.batch * size.seq
+    work.elementwise(t * h, 0, 2, save=0)  # gathers: scatter-add and batch-sum backward
+    work.elementwise(t * h, 1, 1, save=0)  # word + position
+    transformer.count_layernorm(work, t * h)
+    for index in range(size.layers):
+        specs += transformer.layer_specs(f"layer{index}", h, size.heads, size.mlp, INIT_STD)
+        transformer.count_layer(work, size.batch, size.seq, h, size.heads, size.mlp)
+    specs += [
+        common.ParamSpec("pooler/kernel", (h, h), init),
+        common.ParamSpec("pooler/bias", (h,), "zeros"),
+        common.ParamSpec("head/kernel", (h, size.classes), init),
+        common.ParamSpec("head/bias", (size.classes,), "zeros"),
+    ]
+    work.matmul(size.batch * h * h, save=size.batch * h)
+    work.elementwise(size.batch * h, 2, 4, save=1)  # bias, tanh
+    work.matmul(size.batch * h * size.classes, save=size.batch * h)
+    work.elementwise(size.batch * size.classes, 1, 1, save=0)
+    return specs, work
+
+
+def param_specs(size: BertSize) -> list[common.ParamSpec]:
+    """The trainable parameters in canonical order."""
+    return _walk(size)[0]
+
+
+def _data_shapes(size: BertSize) -> list[tuple[int, ...]]:
+    return [(size.batch, size.seq), (size.batch, size.classes)]
+
+
+def input_shapes(size: BertSize) -> tuple[tuple[int, ...], ...]:
+    """Token ids, labels, parameters, momentum: the shapes, without making them."""
+    return common.step_shapes(_data_shapes(size), param_specs(size))
+
+
+def make_inputs(size: BertSize, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """Token ids (as floats), one-hot labels, the initial parameters and momentum (float64)."""
+    tokens = rng.integers(0, size.vocab, (size.batch, size.seq)).astype(np.float64)
+    labels = common.one_hot(rng.integers(0, size.classes, size.batch), size.classes)
+    return common.step_inputs([tokens, labels], param_specs(size), rng)
+
+
+def count_work(size: BertSize, itemsize: int) -> WorkCounts:
+    """FLOPs and minimum bytes of one step (see the module docstring)."""
+    specs, work = _walk(size)
+    data = sum(int(np.prod(s)) for s in _data_shapes(size))
+    return common.step_counts(
+        work, common.parameter_count(specs), size.batch, size.classes, data, itemsize
+    )
+
+
+def footprint(size: BertSize, itemsize: int) -> dict[str, int]:
+    """Modelled device memory of one step in bytes, by part (see the module docstring)."""
+    specs, work = _walk(size)
+    data = sum(int(np.prod(s)) for s in _data_shapes(size))
+    return common.footprint_bytes(work, common.parameter_count(specs), data, itemsize)
+
+
+# --- JAX ------------------------------------------------------------------------------------
+def _flax_model(size: BertSize) -> Any:
+    import flax.linen as nn
+
+    layer = transformer.flax_layer(LN_EPSILON, pre_norm=False)
+
+    class PositionEmbedding(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return x + self.param("embedding", nn.initializers.zeros, x.shape[1:])
+
+    class Bert(nn.Module):
+        @nn.compact
+        def __call__(self, tokens):
+            x = nn.Embed(size.vocab, size.hidden, name="word_embed")(tokens)
+            x = nn.LayerNorm(epsilon=LN_EPSILON, name="embed_ln")(
+                PositionEmbedding(name="pos_embed")(x)
+            )
+            for index in range(size.layers):
+                x = layer(size.heads, size.mlp, name=f"layer{index}")(x)
+            pooled = nn.tanh(nn.Dense(size.hidden, name="pooler")(x[:, 0]))
+            return nn.Dense(size.classes, name="head")(pooled)
+
+    return Bert()
+
+
+def jax_function(size: BertSize) -> Any:
+    """The step with Flax, ``jax.value_and_grad`` and optax."""
+    jnp = import_jax().numpy
+    model = _flax_model(size)
+
+    def logits(params, tokens):
+        return model.apply({"params": params}, tokens.astype(jnp.int32)), None
+
+    return common.jax_step(param_specs(size), 2, LEARNING_RATE, logits)
+
+
+def reference(size: BertSize, *inputs: np.ndarray) -> np.ndarray:
+    """The JAX step in float64 on the CPU (scoped x64)."""
+    return common.jax_reference(lambda: jax_function(size), inputs)
+
+
+# --- TensorFlow -----------------------------------------------------------------------------
+def _keras_model(size: BertSize) -> Any:
+    import keras
+    from keras import layers
+
+    class PositionEmbedding(layers.Layer):
+        def build(self, input_shape):
+            self.embedding = self.add_weight(
+                shape=tuple(input_shape[1:]), initializer="zeros", name="embedding"
+            )
+
+        def call(self, x):
+            return x + self.embedding
+
+    tokens = keras.Input((size.seq,), batch_size=size.batch, dtype="int32")
+    x = layers.Embedding(
+        size.vocab, size.hidden, embeddings_initializer="zeros", name="word_embed"
+    )(tokens)
+    x = PositionEmbedding(name="pos_embed")(x)
+    x = layers.LayerNormalization(epsilon=LN_EPSILON, name="embed_ln")(x)
+    for index in range(size.layers):
+        x = transformer.keras_layer(
+            x, f"layer{index}", size.heads, size.mlp, LN_EPSILON, pre_norm=False
+        )
+    pooled = layers.Dense(
+        size.hidden, activation="tanh", kernel_initializer="zeros", name="pooler"
+    )(x[:, 0])
+    logits = layers.Dense(size.classes, kernel_initializer="zeros", name="head")(pooled)
+    return keras.Model(tokens, logits)
+
+
+def tf_function(size: BertSize) -> Any:
+    """The step with a Keras model, ``tf.GradientTape`` and the same SGD update."""
+    tf = import_tensorflow()
+    return common.tf_step(
+        param_specs(size), 2, LEARNING_RATE, _keras_model(size),
+        lambda tokens: tf.cast(tokens, tf.int32),
+    )
+
+
+SPEC = KernelSpec(
+    name="bert_train",
+    description="one SGD-momentum training step of a BERT-base encoder with a classifier head",
+    sizes=SIZES,
+    dtypes=("float32",),
+    precisions=("default", "highest", "tf32"),
+    compute_bound=True,
+    uses_matmul=True,
+    count_fn=count_work,
+    inputs_fn=make_inputs,
+    reference_fn=reference,
+    jax_fn=jax_function,
+    tf_fn=tf_function,
+    shapes_fn=input_shapes,
+    unit="samples/s",
+    items_fn=common.batch_of,
+    tolerances=TOLERANCE,
+    footprint_fn=footprint,
+)

@@ -1,0 +1,116 @@
+"""Users' workloads and the study's models through `dvfs sweep -m`, end to end, on the sim.
+
+Each test runs the `dvfs` command in a subprocess, as a user would: a worked user workload
+(``examples/attention.py``) by target and by entry point in both frameworks, the mistakes a user
+makes with one (exit 2, one line, nothing run), and ``experiment=seed_models`` through to its
+report's memory table.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from support import DVFS
+
+from orchestrator.store import ResultStore
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = "examples.attention:make_workload"
+QUICK = ["measure=quick", "measure.settle_s=0", "quiet=true", "hydra.launcher.progress=false"]
+
+
+def dvfs(tmp_path, *args, env=None, timeout=600):
+    env = {**os.environ, "DVFS_SIM_STATE_DIR": str(tmp_path / "sim"), **(env or {})}
+    return subprocess.run([*DVFS, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def rows_of(directory: Path) -> list[dict]:
+    with ResultStore(directory, readonly=True) as store:
+        return store.rows()
+
+
+def test_a_users_workload_by_target_runs_in_both_frameworks_with_its_own_unit(tmp_path):
+    d = tmp_path / "custom"
+    out = dvfs(tmp_path, "sweep", "-m", "workload=custom", f"workload.target={TARGET}",
+               "framework=jax,tensorflow", "device.sm_clock_mhz=1110,1410", *QUICK,
+               f"hydra.sweep.dir={d}", env={"DVFS_WORKLOAD_PATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    rows = rows_of(d)
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}
+    assert {r["framework"] for r in rows} == {"jax", "tensorflow"}
+    assert {(r["workload"], r["rate_unit"], r["items_per_call"]) for r in rows} == {
+        ("attention", "tokens/s", 2 * 32)}
+    for r in rows:  # tokens per second: calls per second times the tokens of one call
+        assert r["rate"] == pytest.approx(r["throughput"] * 64)
+        assert r["energy_per_item_j"] == pytest.approx(r["energy_per_iter_j"] / 64)
+        assert r["rel_error"] < 1e-5 and r["determinism_mismatches"] == 0
+        assert r["work_source"] == "xla_cost_analysis"  # it gives no count: XLA derives it
+
+
+def test_a_users_workload_by_entry_point_is_named_like_a_built_in(tmp_path):
+    """A package's ``dvfs.workloads`` entry point (its dist-info on the path, as pip leaves it)
+    makes ``workload=attention`` compose and run, in the driver and in the Ray workers."""
+    site = tmp_path / "site"
+    info = site / "my_attention-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-attention\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[dvfs.workloads]\nattention = {TARGET}\n")
+    d = tmp_path / "entry"
+    path = os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    out = dvfs(tmp_path, "sweep", "-m", "workload=attention", "framework=jax,tensorflow",
+               "device.sm_clock_mhz=1410", *QUICK, f"hydra.sweep.dir={d}",
+               env={"PYTHONPATH": path})
+    assert out.returncode == 0, out.stderr
+    rows = rows_of(d)
+    assert [(r["workload"], r["rate_unit"], r["status"]) for r in rows] == [
+        ("attention", "tokens/s", "ok")] * 2
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["workload=custom"], "workload=custom needs workload.target=package.module:factory"),
+        (["workload=custom", "workload.target=nowhere.mod:make"],
+         "cannot import 'nowhere.mod'"),
+        (["workload=custom", f"workload.target={TARGET.replace('make_workload', 'nope')}"],
+         "module 'examples.attention' has no 'nope'"),
+        (["workload=custom", "workload.target=math:pi"], "is a float, neither a kernels"),
+        (["workload=resnet50_train", "workload.dtype=bfloat16"],
+         "unknown dtype 'bfloat16' for workload 'resnet50_train'"),
+    ],
+)
+def test_a_bad_workload_is_one_line_exit_2_before_anything_runs(tmp_path, args, message):
+    out = dvfs(tmp_path, "sweep", "-m", *args, "device.sm_clock_mhz=1110,1410", *QUICK,
+               f"hydra.sweep.dir={tmp_path / 'bad'}", env={"DVFS_WORKLOAD_PATH": str(ROOT)})
+    assert out.returncode == 2, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "bad" / "trials.sqlite").exists()
+
+
+def test_seed_models_compares_the_frameworks_on_each_model_and_reports_memory(tmp_path):
+    d = tmp_path / "seed_models"
+    out = dvfs(tmp_path, "sweep", "-m", "experiment=seed_models", "quiet=true",
+               "hydra.launcher.progress=false", f"hydra.sweep.dir={d}", timeout=1500)
+    assert out.returncode == 0, out.stderr
+    rows = rows_of(d)
+    assert len(rows) == 3 * 2 * 4
+    assert {r["workload"] for r in rows} == {"resnet50_train", "bert_train", "vit_train"}
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) >= 20
+    for r in ok:
+        assert r["rate_unit"] == "samples/s" and r["items_per_call"] in (256, 32, 64)
+        assert r["memory_source"].startswith("sim model")
+        # the modelled footprint at the study's batch: GiBs, and NVML counts context and pool
+        assert 2**30 < r["peak_memory_bytes"] < r["memory_used_after_bytes"]
+    report = dvfs(tmp_path, "report", str(d))
+    assert report.returncode == 0, report.stderr
+    text = (d / "report" / "report.md").read_text()
+    assert "## Memory per framework" in text and "samples/s" in text
