@@ -87,7 +87,7 @@ class CompiledWork:
 
 
 _cache: dict[tuple[object, ...], CompiledWork] = {}
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered: a TF graph without counts asks JAX for its FLOPs
 
 
 def compiled_work(

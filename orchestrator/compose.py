@@ -6,8 +6,9 @@ defaults list, every YAML file, every override): about 70 ms a job here, 12 minu
 :class:`SweepComposer` composes each job from three cached parts, with Hydra's own machinery:
 
 - a **base** per distinct set of *structural* overrides (config-group choices such as
-  ``workload=gemm``, ``hydra.*`` keys, and ``+``/``++``/``~`` overrides): Hydra's full
-  composition (``load_sweep_config``), once;
+  ``workload=gemm``, ``workload.target``, which chooses a user's workload as a group choice does,
+  ``hydra.*`` keys, and ``+``/``++``/``~`` overrides): Hydra's full composition
+  (``load_sweep_config``), once;
 - a **patch** per distinct (base, ``key=value``) override: the override applied to a copy of the
   base's task config as Hydra applies it after composition (``OmegaConf.update(..., merge=True)``),
   which types the value, then the job it makes validated (``jobs.JobSpec``). The override must
@@ -18,7 +19,8 @@ defaults list, every YAML file, every override): about 70 ms a job here, 12 minu
   (``dataclasses.replace``), then the checks that span keys (workload x size, inject x backend).
 
 A job whose overrides cannot be composed that way (a config that reads ``${hydra:job.num}``, a
-patch that moves another key) is composed by Hydra in full, so the result is always what Hydra
+base that is no valid job without its jobs' values, a patch that moves another key) is composed by
+Hydra in full, so the result is always what Hydra
 would give: ``tests/orchestrator/test_compose.py`` compares the two on the shipped experiments and
 on random override sets.
 
@@ -41,6 +43,8 @@ from orchestrator.jobs import JobSpec
 # Interpolations that differ per job though no override names them: such a config is composed
 # in full for every job (Hydra sets ``hydra.job.num``/``id`` and ``override_dirname`` per job).
 _PER_JOB_FIELDS = ("hydra:job.", "hydra.job.")
+STRUCTURAL_KEYS = frozenset({"workload.target"})
+"""Keys that choose what a job is, as a group choice does: each value gets its own base."""
 
 
 @dataclass(frozen=True)
@@ -50,16 +54,18 @@ class Base:
     Attributes:
         sweep_config: the composed config, ``hydra`` node included (shared: never mutated).
         task: its task config (``hydra`` removed), the copy each patch starts from.
-        spec: the validated job it is, with no value override.
+        spec: the validated job it is, with no value override (None: it is valid only with its
+            jobs' own values, as ``workload=custom`` with its ``workload.target``).
         store_dir: ``hydra.sweep.dir``: where rows go unless a job sets ``store_dir``.
-        per_job: the config reads a per-job Hydra field: every job is composed in full.
+        per_job: the config reads a per-job Hydra field, or is no valid job alone: every job is
+            composed in full.
         interpolated: the config holds an interpolation (another key may read a swept one).
         scratch: a copy of ``task`` that patches write their values into, to read them typed.
     """
 
     sweep_config: Any
     task: Any
-    spec: JobSpec
+    spec: JobSpec | None
     store_dir: str
     per_job: bool
     interpolated: bool
@@ -107,7 +113,7 @@ class SweepComposer:
         """
         base_key, values = self.split(overrides)
         base = self.base(base_key)
-        patches = [self.patch(base_key, v) for v in values]
+        patches = [] if base.per_job else [self.patch(base_key, v) for v in values]
         if base.per_job or any(p.entangled for p in patches):
             sweep_config, task = self.full(overrides, num)
             return JobSpec.from_config(task, default_store_dir=str(sweep_config.hydra.sweep.dir))
@@ -206,12 +212,15 @@ class SweepComposer:
 
         sweep_config, task = self.full(list(key))
         store_dir = str(sweep_config.hydra.sweep.dir)
-        spec = JobSpec.from_config(task, default_store_dir=store_dir)
+        try:
+            spec: JobSpec | None = JobSpec.from_config(task, default_store_dir=store_dir)
+        except UserError:  # valid only with its jobs' values: each is composed and checked in full
+            spec = None
         task_yaml = OmegaConf.to_yaml(task)
         unresolved = task_yaml + str(
             OmegaConf.to_container(sweep_config.hydra.sweep, resolve=False).get("dir", "")
         )
-        per_job = any(f in unresolved for f in _PER_JOB_FIELDS)
+        per_job = spec is None or any(f in unresolved for f in _PER_JOB_FIELDS)
         base = self._bases[key] = Base(sweep_config, task, spec, store_dir, per_job,
                                        "${" in task_yaml, copy.deepcopy(task))
         return base
@@ -289,6 +298,7 @@ class SweepComposer:
                 or o.is_hydra_override()
                 or o.is_sweep_override()
                 or self.loader.repository.group_exists(o.key_or_group)
+                or o.key_or_group in STRUCTURAL_KEYS
             )
             self._structural[line] = found
         return found

@@ -130,9 +130,12 @@ def _sweep_id_of(store_dir: str) -> str:
     return sweep_id_for(store_dir)
 
 
-def describe_request(workload: Any, framework: Any, request: SettingsRequest) -> str:
-    """A job's one-line label, e.g. ``gemm/jax float32 [sm=1065 MHz]``."""
-    return f"{workload.name}/{framework.name} {workload.dtype} [{request.describe()}]"
+def describe_request(
+    workload: Any, framework: Any, request: SettingsRequest, name: str | None = None
+) -> str:
+    """A job's one-line label, e.g. ``gemm/jax float32 [sm=1065 MHz]`` (``name``: the
+    workload's own, where ``workload.name`` is ``custom``)."""
+    return f"{name or workload.name}/{framework.name} {workload.dtype} [{request.describe()}]"
 
 
 # --- the job ----------------------------------------------------------------------------------
@@ -218,7 +221,8 @@ class JobSpec:
     @property
     def label(self) -> str:
         """E.g. ``gemm/jax float32 [sm=1065 MHz]``."""
-        return describe_request(self.config.workload, self.config.framework, self.request)
+        return describe_request(self.config.workload, self.config.framework, self.request,
+                                self.workload_name)
 
     @property
     def repeats(self) -> int:

@@ -31,6 +31,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from kernels.registry import WORKLOAD_PATH_ENV
 from orchestrator.admit import refuse_duplicates
 from orchestrator.errors import UserError
 from orchestrator.jobs import PER_JOB_KEYS, machine_key
@@ -167,7 +168,9 @@ class GpuPool(EarlyStart):
         from orchestrator.devices import JOURNAL_ENV, sim_state_dir
 
         env = dict(WORKER_ENV)
-        if self.settings.address is None:
+        if self.settings.address is None:  # a user's workload module imports as it does here
+            paths = [os.getcwd(), *os.environ.get(WORKLOAD_PATH_ENV, "").split(os.pathsep)]
+            env[WORKLOAD_PATH_ENV] = os.pathsep.join(p for p in paths if p)
             if self.device.get("backend") == "sim":
                 env[SIM_STATE_ENV] = str(sim_state_dir(self.device))
             if os.environ.get(JOURNAL_ENV):

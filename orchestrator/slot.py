@@ -169,7 +169,7 @@ class Slot:
             config = self._job.spec.config
             clock = config.device.sm_clock_mhz
             where = f"@{clock}" if clock is not None else ""
-            return f"{config.workload.name}/{config.framework.name}{where}"
+            return f"{self._job.spec.workload_name}/{config.framework.name}{where}"
         if self._state is SlotState.WARMING:
             return f"loading {'+'.join(frameworks)}"
         return _LANE_TEXT.get(self._state, self._state.value)

@@ -218,7 +218,7 @@ def _charged_work(
         flops=float(compiled.flops),
         bytes_moved=float(compiled.bytes_moved),
         peak=spec.peak(cfg.workload.dtype, cfg.framework.precision),
-        kernel_class=cfg.workload.name,
+        kernel_class=spec.name,
         framework=cfg.framework.name,
         launches=int(compiled.launches),
     )

@@ -435,7 +435,7 @@ class GpuWorker:
         if not before.ok:
             return TrialReply(unhealthy=before.reason, pid=os.getpid())
         ctx.sweep_id = sweep_id
-        workload = job.config.workload.name
+        workload = job.workload_name
         where = journal_dir(self._cfg)
         trace = trial_trace.begin(where, self.uuid, job.trial_key(self.uuid))
         ctx.on_kernel_calls = lambda: trial_trace.kernel_calls(where, self.uuid, trace)

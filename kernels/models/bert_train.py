@@ -2,7 +2,7 @@
 
 Architecture (``BertSize``): word embeddings (``vocab`` x ``hidden``) plus learned position
 embeddings (``seq`` x ``hidden``), LayerNorm; ``layers`` post-LN encoder layers
-(:mod:`kernels.models._transformer`: ``heads`` heads, MLP width ``mlp``, exact GELU, LayerNorm
+(:mod:`kernels.models.transformer`: ``heads`` heads, MLP width ``mlp``, exact GELU, LayerNorm
 epsilon 1e-12); a pooler (dense ``hidden`` -> ``hidden`` and tanh on the first token) and a dense
 classifier to ``classes``. There are no token-type embeddings and no attention mask (every
 token is real), and no dropout. ``gpu`` is BERT-base: L=12, H=768, A=12, MLP 3072, vocabulary
@@ -14,10 +14,10 @@ inside the step: exact in float32 (ids below 2**24), which is why the workload o
 only (bfloat16 would round ids above 256); one-hot labels (B, classes). Initialisation: every
 weight ``N(0, 0.02**2)`` (BERT's), biases zero, LayerNorm scale 1 and bias 0.
 
-Step: see :mod:`kernels.models._common` (cross-entropy, SGD with momentum 0.9, learning rate
+Step: see :mod:`kernels.models.common` (cross-entropy, SGD with momentum 0.9, learning rate
 :data:`LEARNING_RATE`; output ``[loss, new parameters...]``).
 
-Counts: the encoder layers as in :mod:`kernels.models._transformer`; the embedding lookups cost
+Counts: the encoder layers as in :mod:`kernels.models.transformer`; the embedding lookups cost
 no FLOPs forward and ``T * hidden`` adds each backward (the gradient's scatter-add, and the
 position gradient's sum over the batch), their sum 1 + 1 per element; the pooler's and the
 classifier's matmuls 3 passes, tanh 1 + 3, bias adds 1 + 1.
@@ -35,8 +35,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from kernels.frameworks import import_jax, import_tensorflow
-from kernels.models import _common as common
-from kernels.models import _transformer as transformer
+from kernels.models import common, transformer
 from kernels.spec import KernelSpec, WorkCounts, make_sizes
 
 LEARNING_RATE = 0.05

@@ -10,7 +10,7 @@ stride sits on the 3x3 convolution (v1.5). ``gpu`` is ResNet-50 itself: blocks (
 width 64, 224x224 images, 1000 classes, batch 256 (25.6 M parameters). ``tiny`` keeps every
 kind of layer with one block per stage, width 8, 32x32 images and 10 classes.
 
-Step: see :mod:`kernels.models._common` (cross-entropy, SGD with momentum 0.9, learning rate
+Step: see :mod:`kernels.models.common` (cross-entropy, SGD with momentum 0.9, learning rate
 :data:`LEARNING_RATE`; output ``[loss, new parameters...]``). BatchNorm (epsilon 1e-5) uses the
 batch's statistics; its running averages are not part of the output. Initialisation: He normal
 convolutions, BatchNorm scale 1 and bias 0, classifier ``N(0, 0.01**2)`` with zero bias (initial
@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from kernels.frameworks import import_jax
-from kernels.models import _common as common
+from kernels.models import common
 from kernels.spec import KernelSpec, WorkCounts, make_sizes
 
 LEARNING_RATE = 0.05
@@ -199,7 +199,7 @@ def _batch_stats(jnp: Any, specs: list[common.ParamSpec], dtype: Any) -> dict[st
     bn = [s for s in specs if s.name.endswith("/scale")]
     stats = [common.ParamSpec(s.name.replace("/scale", "/mean"), s.shape, "") for s in bn]
     stats += [common.ParamSpec(s.name.replace("/scale", "/var"), s.shape, "") for s in bn]
-    return common._nest(stats, [jnp.zeros(s.shape, dtype) for s in stats])
+    return common.nest(stats, [jnp.zeros(s.shape, dtype) for s in stats])
 
 
 def jax_function(size: ResNetSize) -> Any:

@@ -3,7 +3,7 @@
 Architecture (``VitSize``): a ``patch`` x ``patch`` convolution of stride ``patch`` (with bias)
 cuts the image into ``(image / patch)**2`` patch embeddings of width ``hidden``; a learned class
 token goes first and learned position embeddings are added; ``layers`` pre-LN encoder layers
-(:mod:`kernels.models._transformer`: ``heads`` heads, MLP width ``mlp``, exact GELU, LayerNorm
+(:mod:`kernels.models.transformer`: ``heads`` heads, MLP width ``mlp``, exact GELU, LayerNorm
 epsilon 1e-6); a final LayerNorm and a dense classifier on the class token. No dropout. ``gpu``
 is ViT-B/16: 224x224 images, patch 16 (197 tokens), L=12, H=768, A=12, MLP 3072, 1000 classes,
 batch 64 (86.6 M parameters). ``tiny``: 32x32 images, patch 8 (17 tokens), 2 layers of width 128
@@ -13,12 +13,12 @@ Data: images ``N(0, 1)`` (B, H, W, 3) and one-hot labels. Initialisation: every 
 token and the position embeddings ``N(0, 0.02**2)``, the classifier ``N(0, 0.01**2)`` (initial
 loss ~ ln(classes)), biases zero, LayerNorm scale 1 and bias 0.
 
-Step: see :mod:`kernels.models._common` (cross-entropy, SGD with momentum 0.9, learning rate
+Step: see :mod:`kernels.models.common` (cross-entropy, SGD with momentum 0.9, learning rate
 :data:`LEARNING_RATE`; output ``[loss, new parameters...]``).
 
 Counts: the patch convolution 2 passes (the images need no gradient) and its bias 1 + 1; the
 class-token concatenation none; the position add 1 + 1 (its gradient sums over the batch);
-encoder layers as in :mod:`kernels.models._transformer`; the final LayerNorm over every token
+encoder layers as in :mod:`kernels.models.transformer`; the final LayerNorm over every token
 (the frameworks normalise all of them, though only the class token reaches the classifier); the
 classifier 3 passes. At ``gpu``: 6.75 TFLOP per step (XLA: 0.5 % more), ~9.3 GiB.
 
@@ -33,8 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from kernels.frameworks import import_jax
-from kernels.models import _common as common
-from kernels.models import _transformer as transformer
+from kernels.models import common, transformer
 from kernels.spec import KernelSpec, WorkCounts, make_sizes
 
 LEARNING_RATE = 0.05

@@ -14,8 +14,7 @@ from kernel_testing import exponent_msb, flip_bit
 
 from kernels import Verdict, check_outputs, compiled_work, output_digest
 from kernels.build import BuiltKernel
-from kernels.models import _common as common
-from kernels.models import bert_train, resnet50_train, vit_train
+from kernels.models import bert_train, common, resnet50_train, vit_train
 
 MODELS = {m.SPEC.name: m for m in (resnet50_train, bert_train, vit_train)}
 MODES = {"jax": ("jax", False), "tensorflow": ("tensorflow", False), "tf-xla": ("tensorflow", True)}

@@ -58,6 +58,18 @@ def test_the_example_reports_tokens_and_derives_its_work_from_xla(example):
     assert counts.bytes_moved > 5 * 64 * 64 * 4  # at least the four weights and x, once
 
 
+def test_a_tensorflow_graph_without_counts_takes_its_flops_from_xla(example):
+    """TensorFlow's graph route counts bytes and launches op by op and takes FLOPs from the
+    spec; without a count_fn they come from XLA's analysis of the JAX step (the same cache,
+    entered again from inside: it must not deadlock)."""
+    from kernels import compiled_work
+
+    graph = compiled_work(example, "tensorflow", "gpu", xla=False)
+    assert graph.source == "tf_graph_ops", graph.note
+    assert graph.flops == example.counts("gpu").flops
+    assert graph.flops == pytest.approx(attention_flops(32, 1024, 1024, 16), rel=0.10)
+
+
 def test_a_target_is_loaded_once_and_found_by_its_own_name_afterwards(example):
     assert load_workload("custom", TARGET) is example
     assert load_workload("attention") is example  # registered in this process

@@ -72,7 +72,8 @@ def grid(*axes: list[str]) -> list[list[str]]:
     return jobs
 
 
-@pytest.mark.parametrize("experiment", ["quickstart", "seed_claims", "optuna_energy", None])
+@pytest.mark.parametrize("experiment", ["quickstart", "seed_claims", "optuna_energy", "seed_models",
+                                        None])
 def test_the_shipped_experiments_compose_as_hydra_composes_them(hydra_loader, experiment):
     common = [f"experiment={experiment}"] if experiment else []
     composer = SweepComposer(master(hydra_loader), hydra_loader)
@@ -120,6 +121,28 @@ def test_a_sweep_dir_that_reads_the_job_is_composed_in_full(hydra_loader):
     )
     assert composer.base(()).per_job
     assert_same(composer, [["seed=1"], ["seed=2"]])
+
+
+def test_a_users_workload_target_is_a_base_of_its_own(hydra_loader, monkeypatch):
+    """``workload.target`` chooses the workload as a group choice does: a base per target,
+    composed once; ``workload=custom`` alone is no valid job, so a base without the target
+    composes each of its jobs in full (and refuses them as Hydra's composition does)."""
+    from pathlib import Path
+
+    from kernels.registry import WORKLOAD_PATH_ENV
+
+    monkeypatch.setenv(WORKLOAD_PATH_ENV, str(Path(__file__).resolve().parents[2]))
+    composer = SweepComposer(master(hydra_loader), hydra_loader)
+    target = "workload.target=examples.attention:make_workload"
+    jobs = grid(["workload=custom"], [target], ["framework=jax", "framework=tensorflow"],
+                [f"device.sm_clock_mhz={c}" for c in (1110, 1410)])
+    composer.check_values(jobs)
+    assert_same(composer, jobs)
+    assert not composer.base(("workload=custom", target)).per_job
+    assert composer.base(("workload=custom",)).per_job  # no target: no valid job alone
+    with pytest.raises(UserError, match="needs workload.target"):
+        composer.spec(["workload=custom", "seed=1"])
+    assert_same(composer, [["workload=custom", "seed=1"], ["workload=custom", target, "seed=2"]])
 
 
 def test_check_values_names_the_bad_value_before_anything_runs(hydra_loader):

@@ -6,7 +6,7 @@ A layer over ``tokens`` vectors of width ``hidden``: multi-head self-attention (
 dense back), each with a residual connection and a LayerNorm: after the residual add (post-LN,
 BERT) or before the branch (pre-LN, ViT). Parameter names follow Flax's ``nn.Dense``,
 ``nn.LayerNorm`` and ``nn.MultiHeadDotProductAttention``; the Keras layers are named
-``layer{i}.attn``, ``layer{i}.ln1``... so that :func:`kernels.models._common.canonical_name` maps
+``layer{i}.attn``, ``layer{i}.ln1``... so that :func:`kernels.models.common.canonical_name` maps
 them onto the same paths.
 
 Counts per layer (T = tokens in the batch, B*heads*S*S attention scores), whole step:
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.models import _common as common
+from kernels.models import common
 
 
 def layer_specs(

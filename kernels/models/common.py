@@ -104,7 +104,8 @@ def parameter_count(specs: Sequence[ParamSpec]) -> int:
 
 
 # --- JAX ------------------------------------------------------------------------------------
-def _nest(specs: Sequence[ParamSpec], arrays: Sequence[Any]) -> dict[str, Any]:
+def nest(specs: Sequence[ParamSpec], arrays: Sequence[Any]) -> dict[str, Any]:
+    """The arrays as a Flax parameter tree, by their specs' paths (``"a/b/kernel"``)."""
     tree: dict[str, Any] = {}
     for spec, array in zip(specs, arrays, strict=True):
         *path, leaf = spec.name.split("/")
@@ -157,8 +158,8 @@ def jax_step(
 
     def step(*arrays):
         data = arrays[:n_data]
-        params = _nest(specs, arrays[n_data : n_data + count])
-        trace = _nest(specs, arrays[n_data + count :])
+        params = nest(specs, arrays[n_data : n_data + count])
+        trace = nest(specs, arrays[n_data + count :])
         state = (optax.TraceState(trace=trace), optax.EmptyState())
         loss, grads = jax.value_and_grad(loss_fn)(params, *data)
         updates, _ = optimizer.update(grads, state, params)
