@@ -327,6 +327,8 @@ def _ops_feeding(outputs: Any) -> list[Any]:
 
 def _tensor_bytes(tensor: Any) -> float:
     if not tensor.shape.is_fully_defined():
+        if tensor.op.type in NO_KERNEL_OPS and tensor.dtype.is_integer:
+            return 0.0  # a gradient's reduction axes (BroadcastGradientArgs): host metadata
         raise ValueError(f"tensor {tensor.name} has no fully defined shape: {tensor.shape}")
     return float(tensor.shape.num_elements() * tensor.dtype.size)
 

@@ -91,7 +91,8 @@ class KernelSpec:
         tolerances: the relative error allowed, by ``"float32"``, ``"tf32"`` and ``"bfloat16"``;
             None: the built-in table of :mod:`kernels.checks`.
         footprint_fn: ``footprint_fn(size, itemsize) -> {part: bytes}``, the device memory one
-            call holds (parameters, optimizer state, activations...): the simulated GPU's peak.
+            call holds (parameters, optimizer state, activations...; a ``"total"`` entry, if
+            any, is their peak together, else their sum): the simulated GPU's peak.
 
     A hook left None means: ``count_fn``, derive the work from XLA's cost analysis of the compiled
     step (:mod:`kernels.cost`); ``reference_fn``, no reference (determinism and finiteness are
@@ -144,6 +145,14 @@ class KernelSpec:
         if self.footprint_fn is None:
             return None
         return dict(self.footprint_fn(self.size(preset), ITEMSIZE[dtype]))
+
+    def peak_bytes(self, preset: str, dtype: str = "float32") -> int | None:
+        """The modelled peak device memory of one call: the footprint's ``total``, else the sum
+        of its parts (None: the workload gives no footprint)."""
+        parts = self.footprint(preset, dtype)
+        if parts is None:
+            return None
+        return int(parts["total"] if "total" in parts else sum(parts.values()))
 
     @property
     def presets(self) -> tuple[str, ...]:

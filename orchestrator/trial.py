@@ -174,8 +174,7 @@ def _memory_model(device: Device, spec: Any, counts: Any, preset: str, cfg: Any)
     """The simulated GPU's in-use peak of the workload at ``preset`` (``sim_size``): its
     footprint, or (a kernel without one) its inputs and output; the sim records what the
     process would hold for it (``devices.sim.memory``)."""
-    parts = spec.footprint(preset, cfg.workload.dtype)
-    in_use = sum(parts.values()) if parts else int(counts.bytes_moved)
+    in_use = spec.peak_bytes(preset, cfg.workload.dtype) or int(counts.bytes_moved)
     device.model_allocation(in_use, cfg.framework.name)
     return in_use
 

@@ -196,3 +196,16 @@ def test_the_footprint_adds_up_and_a_gpu_step_fits_an_h200(name):
         assert parts["parameters"] == 4 * common.parameter_count(module.param_specs(size))
         assert parts["activations"] > parts["data"] > 0
     assert module.footprint(module.SPEC.size("gpu"), 4)["total"] < 141e9
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_tensorflows_graph_of_each_step_is_counted_op_by_op(frameworks, name):
+    """The graph route counts every op a training step launches (the gradient's shape
+    arithmetic, BroadcastGradientArgs' axes, is host metadata, not device traffic); it moves
+    more than XLA's fused step and launches more kernels."""
+    spec = MODELS[name].SPEC
+    graph = compiled_work(spec, "tensorflow", "tiny", xla=False)
+    fused = compiled_work(spec, "jax", "tiny")
+    assert graph.source == "tf_graph_ops", graph.note
+    assert graph.flops == spec.counts("tiny").flops
+    assert graph.bytes_moved > fused.bytes_moved and graph.launches > fused.launches

@@ -165,3 +165,14 @@ def test_workload_is_the_one_public_name_of_the_built_ins_description_too():
 
     assert isinstance(get_spec("gemm"), Workload)
     assert isinstance(get_spec("resnet50_train"), Workload)
+
+
+def test_a_footprints_peak_is_its_total_else_the_sum_of_its_parts(example):
+    parts = {"parameters": 100, "activations": 900}
+    summed = dataclasses.replace(example, name="attention_parts",
+                                 footprint_fn=lambda size, itemsize: parts)
+    assert summed.peak_bytes("tiny") == 1000
+    totalled = dataclasses.replace(example, name="attention_total",
+                                   footprint_fn=lambda size, itemsize: {**parts, "total": 950})
+    assert totalled.peak_bytes("tiny") == 950  # the parts' peak together, not their sum
+    assert example.peak_bytes("tiny") is None  # it gives no footprint
