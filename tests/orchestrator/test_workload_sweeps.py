@@ -118,3 +118,27 @@ def test_seed_models_compares_the_frameworks_on_each_model_and_reports_memory(tm
     assert report.returncode == 0, report.stderr
     text = (d / "report" / "report.md").read_text()
     assert "## Memory per framework" in text and "samples/s" in text
+
+
+def test_a_users_workload_runs_on_the_cpu_device_too(tmp_path):
+    """``device=cpu`` (no RAPL zone, as in a VM: time only) runs the example in both frameworks
+    at its own size; the rows' rate is in tokens/s of that size, and memory is what each
+    framework says on a CPU: JAX keeps no statistics there, TensorFlow's allocator does."""
+    (tmp_path / "powercap").mkdir()
+    d = tmp_path / "cpu"
+    out = dvfs(tmp_path, "sweep", "-m", "device=cpu",
+               f"device.powercap_root={tmp_path / 'powercap'}",
+               f"device.journal_dir={tmp_path / 'journal'}", "workload=custom",
+               f"workload.target={TARGET}", "framework=jax,tensorflow", *QUICK,
+               f"hydra.sweep.dir={d}", env={"DVFS_WORKLOAD_PATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    rows = {r["framework"]: r for r in rows_of(d)}
+    assert set(rows) == {"jax", "tensorflow"}
+    for r in rows.values():
+        assert (r["workload"], r["status"], r["backend"]) == ("attention", "ok", "cpu")
+        assert r["rate_unit"] == "tokens/s" and r["items_per_call"] == 2 * 32
+        assert r["rate"] == pytest.approx(r["throughput"] * 64) and r["energy_j"] is None
+    assert rows["jax"]["peak_memory_bytes"] is None
+    assert "memory_stats() gives nothing" in rows["jax"]["memory_source"]
+    assert rows["tensorflow"]["memory_source"] == "tf get_memory_info peak"
+    assert rows["tensorflow"]["peak_memory_bytes"] >= 0
