@@ -36,7 +36,7 @@ import numpy as np
 
 from kernels.frameworks import import_jax, import_tensorflow
 from kernels.models import common, transformer
-from kernels.spec import KernelSpec, WorkCounts, make_sizes
+from kernels.spec import make_sizes
 
 LEARNING_RATE = 0.05
 LN_EPSILON = 1e-12
@@ -93,41 +93,18 @@ def _walk(size: BertSize) -> tuple[list[common.ParamSpec], common.Work]:
     return specs, work
 
 
-def param_specs(size: BertSize) -> list[common.ParamSpec]:
-    """The trainable parameters in canonical order."""
-    return _walk(size)[0]
-
-
 def _data_shapes(size: BertSize) -> list[tuple[int, ...]]:
     return [(size.batch, size.seq), (size.batch, size.classes)]
 
 
-def input_shapes(size: BertSize) -> tuple[tuple[int, ...], ...]:
-    """Token ids, labels, parameters, momentum: the shapes, without making them."""
-    return common.step_shapes(_data_shapes(size), param_specs(size))
+def _tokens(size: BertSize, rng: np.random.Generator) -> np.ndarray:
+    """Token ids drawn uniformly from the vocabulary, as floats (exact in float32)."""
+    return rng.integers(0, size.vocab, (size.batch, size.seq)).astype(np.float64)
 
 
-def make_inputs(size: BertSize, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    """Token ids (as floats), one-hot labels, the initial parameters and momentum (float64)."""
-    tokens = rng.integers(0, size.vocab, (size.batch, size.seq)).astype(np.float64)
-    labels = common.one_hot(rng.integers(0, size.classes, size.batch), size.classes)
-    return common.step_inputs([tokens, labels], param_specs(size), rng)
-
-
-def count_work(size: BertSize, itemsize: int) -> WorkCounts:
-    """FLOPs and minimum bytes of one step (see the module docstring)."""
-    specs, work = _walk(size)
-    data = sum(int(np.prod(s)) for s in _data_shapes(size))
-    return common.step_counts(
-        work, common.parameter_count(specs), size.batch, size.classes, data, itemsize
-    )
-
-
-def footprint(size: BertSize, itemsize: int) -> dict[str, int]:
-    """Modelled device memory of one step in bytes, by part (see the module docstring)."""
-    specs, work = _walk(size)
-    data = sum(int(np.prod(s)) for s in _data_shapes(size))
-    return common.footprint_bytes(work, common.parameter_count(specs), data, itemsize)
+PARTS = common.StepParts(_walk, _data_shapes, _tokens)
+param_specs = PARTS.param_specs
+footprint = PARTS.footprint
 
 
 # --- JAX ------------------------------------------------------------------------------------
@@ -212,22 +189,12 @@ def tf_function(size: BertSize) -> Any:
     )
 
 
-SPEC = KernelSpec(
+SPEC = PARTS.spec(
     name="bert_train",
     description="one SGD-momentum training step of a BERT-base encoder with a classifier head",
     sizes=SIZES,
-    dtypes=("float32",),
-    precisions=("default", "highest", "tf32"),
-    compute_bound=True,
-    uses_matmul=True,
-    count_fn=count_work,
-    inputs_fn=make_inputs,
     reference_fn=reference,
     jax_fn=jax_function,
     tf_fn=tf_function,
-    shapes_fn=input_shapes,
-    unit="samples/s",
-    items_fn=common.batch_of,
     tolerances=TOLERANCE,
-    footprint_fn=footprint,
 )

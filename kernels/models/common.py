@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from kernels.frameworks import import_jax, import_tensorflow
-from kernels.spec import WorkCounts
+from kernels.spec import KernelSpec, WorkCounts
 
 MOMENTUM = 0.9
 MOMENTUM_INIT_STD = 1e-3
@@ -330,3 +331,69 @@ def footprint_bytes(work: Work, params: int, data_elements: int, itemsize: int) 
 def batch_of(size: Any) -> int:
     """Samples one step processes: the size's batch (the models' ``items_fn``)."""
     return int(size.batch)
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """What a model's size decides, the same way for the three models: its parameters and work
+    (``walk(size) -> (specs, Work)``) and its data arrays' shapes (``data_shapes(size)``, the
+    one-hot labels last); the rest of a workload's size-derived hooks follow from these two."""
+
+    walk: Callable[[Any], tuple[list[ParamSpec], Work]]
+    data_shapes: Callable[[Any], list[tuple[int, ...]]]
+    features: Callable[[Any, np.random.Generator], np.ndarray]  # the batch's data, float64
+
+    @classmethod
+    def images(cls, walk: Callable[[Any], tuple[list[ParamSpec], Work]]) -> StepParts:
+        """An image classifier's: ``N(0, 1)`` images (batch, image, image, 3) and labels."""
+        def shapes(size: Any) -> list[tuple[int, ...]]:
+            return [(size.batch, size.image, size.image, 3), (size.batch, size.classes)]
+
+        return cls(walk, shapes, lambda size, rng: rng.standard_normal(shapes(size)[0]))
+
+    def param_specs(self, size: Any) -> list[ParamSpec]:
+        """The trainable parameters in canonical order."""
+        return self.walk(size)[0]
+
+    def input_shapes(self, size: Any) -> tuple[tuple[int, ...], ...]:
+        """Data, labels, parameters, momentum: the shapes, without making them."""
+        return step_shapes(self.data_shapes(size), self.param_specs(size))
+
+    def inputs(self, size: Any, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        """The batch's data, one-hot labels, the initial parameters and the momentum, all
+        float64 (the workload's ``inputs_fn``)."""
+        features = self.features(size, rng)
+        labels = one_hot(rng.integers(0, size.classes, size.batch), size.classes)
+        return step_inputs([features, labels], self.param_specs(size), rng)
+
+    def _data_elements(self, size: Any) -> int:
+        return sum(int(np.prod(s)) for s in self.data_shapes(size))
+
+    def count_work(self, size: Any, itemsize: int) -> WorkCounts:
+        """FLOPs and minimum bytes of one step (see the model's docstring)."""
+        specs, work = self.walk(size)
+        return step_counts(work, parameter_count(specs), size.batch, size.classes,
+                           self._data_elements(size), itemsize)
+
+    def footprint(self, size: Any, itemsize: int) -> dict[str, int]:
+        """Modelled device memory of one step in bytes, by part (see the model's docstring)."""
+        specs, work = self.walk(size)
+        return footprint_bytes(work, parameter_count(specs), self._data_elements(size), itemsize)
+
+    def spec(self, **hooks: Any) -> KernelSpec:
+        """The model's workload: float32, matmul-bound, in samples/s, with this size's shapes,
+        inputs, counts and footprint; ``hooks`` give the rest (``name``, ``description``,
+        ``sizes``, ``reference_fn``, ``jax_fn``, ``tf_fn``, ``tolerances``)."""
+        return KernelSpec(
+            dtypes=("float32",),
+            precisions=("default", "highest", "tf32"),
+            compute_bound=True,
+            uses_matmul=True,
+            count_fn=self.count_work,
+            shapes_fn=self.input_shapes,
+            unit="samples/s",
+            items_fn=batch_of,
+            footprint_fn=self.footprint,
+            inputs_fn=self.inputs,
+            **hooks,
+        )

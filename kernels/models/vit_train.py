@@ -34,7 +34,7 @@ import numpy as np
 
 from kernels.frameworks import import_jax
 from kernels.models import common, transformer
-from kernels.spec import KernelSpec, WorkCounts, make_sizes
+from kernels.spec import make_sizes
 
 LEARNING_RATE = 0.05
 LN_EPSILON = 1e-6
@@ -95,41 +95,9 @@ def _walk(size: VitSize) -> tuple[list[common.ParamSpec], common.Work]:
     return specs, work
 
 
-def param_specs(size: VitSize) -> list[common.ParamSpec]:
-    """The trainable parameters in canonical order."""
-    return _walk(size)[0]
-
-
-def _data_shapes(size: VitSize) -> list[tuple[int, ...]]:
-    return [(size.batch, size.image, size.image, 3), (size.batch, size.classes)]
-
-
-def input_shapes(size: VitSize) -> tuple[tuple[int, ...], ...]:
-    """Images, labels, parameters, momentum: the shapes, without making them."""
-    return common.step_shapes(_data_shapes(size), param_specs(size))
-
-
-def make_inputs(size: VitSize, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    """Images ``N(0, 1)``, one-hot labels, the initial parameters and momentum (float64)."""
-    images = rng.standard_normal(_data_shapes(size)[0])
-    labels = common.one_hot(rng.integers(0, size.classes, size.batch), size.classes)
-    return common.step_inputs([images, labels], param_specs(size), rng)
-
-
-def count_work(size: VitSize, itemsize: int) -> WorkCounts:
-    """FLOPs and minimum bytes of one step (see the module docstring)."""
-    specs, work = _walk(size)
-    data = sum(int(np.prod(s)) for s in _data_shapes(size))
-    return common.step_counts(
-        work, common.parameter_count(specs), size.batch, size.classes, data, itemsize
-    )
-
-
-def footprint(size: VitSize, itemsize: int) -> dict[str, int]:
-    """Modelled device memory of one step in bytes, by part (see the module docstring)."""
-    specs, work = _walk(size)
-    data = sum(int(np.prod(s)) for s in _data_shapes(size))
-    return common.footprint_bytes(work, common.parameter_count(specs), data, itemsize)
+PARTS = common.StepParts.images(_walk)
+param_specs = PARTS.param_specs
+footprint = PARTS.footprint
 
 
 # --- JAX ------------------------------------------------------------------------------------
@@ -215,22 +183,12 @@ def tf_function(size: VitSize) -> Any:
     )
 
 
-SPEC = KernelSpec(
+SPEC = PARTS.spec(
     name="vit_train",
     description="one SGD-momentum training step of a ViT-B/16 image classifier",
     sizes=SIZES,
-    dtypes=("float32",),
-    precisions=("default", "highest", "tf32"),
-    compute_bound=True,
-    uses_matmul=True,
-    count_fn=count_work,
-    inputs_fn=make_inputs,
     reference_fn=reference,
     jax_fn=jax_function,
     tf_fn=tf_function,
-    shapes_fn=input_shapes,
-    unit="samples/s",
-    items_fn=common.batch_of,
     tolerances=TOLERANCE,
-    footprint_fn=footprint,
 )
