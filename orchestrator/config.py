@@ -117,12 +117,17 @@ class DvfsConfig:
     quiet: bool = False  # no per-trial summary on stdout
 
 
+WORKLOAD_ENTRY_POINTS = "dvfs.workloads"
+"""``kernels.registry.ENTRY_POINT_GROUP``, named here so that composing a config (``dvfs
+devices`` too) reads the installed entry points without importing the kernels package."""
+
+
 def register_entry_point_workloads(cs: Any) -> None:
     """A ``workload/<name>`` config for each installed ``dvfs.workloads`` entry point, so that
     ``workload=<name>`` composes like a built-in (nothing of it is imported until validation)."""
-    from kernels.registry import workload_entry_points
+    from importlib.metadata import entry_points
 
-    for name in workload_entry_points():
+    for name in {ep.name for ep in entry_points(group=WORKLOAD_ENTRY_POINTS)}:
         if name not in ("custom", "workload_schema"):
             cs.store(group="workload", name=name, node=WorkloadConfig(name=name))
 

@@ -31,7 +31,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from kernels.registry import WORKLOAD_PATH_ENV
 from orchestrator.admit import refuse_duplicates
 from orchestrator.errors import UserError
 from orchestrator.jobs import PER_JOB_KEYS, machine_key
@@ -169,6 +168,8 @@ class GpuPool(EarlyStart):
 
         env = dict(WORKER_ENV)
         if self.settings.address is None:  # a user's workload module imports as it does here
+            from kernels.registry import WORKLOAD_PATH_ENV
+
             paths = [os.getcwd(), *os.environ.get(WORKLOAD_PATH_ENV, "").split(os.pathsep)]
             env[WORKLOAD_PATH_ENV] = os.pathsep.join(p for p in paths if p)
             if self.device.get("backend") == "sim":

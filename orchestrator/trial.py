@@ -149,7 +149,9 @@ def _measure(
     counts = spec.counts(preset=preset, dtype=cfg.workload.dtype)
     work = _charged_work(kernel, spec, counts, preset, cfg, base)
     memory = _memory_model(device, spec, counts, preset, cfg) if sim_sized else None
-    getattr(kernel, "reset_peak_memory", bool)()  # a stand-in kernel may keep no figures
+    reset = getattr(kernel, "reset_peak_memory", None)  # a stand-in kernel keeps no figures
+    if reset is not None:
+        reset()
     m = cfg.measure
     if ctx.on_kernel_calls is not None:
         ctx.on_kernel_calls()

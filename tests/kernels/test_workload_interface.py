@@ -17,7 +17,12 @@ import pytest
 
 from kernels import KernelOptionError, UnknownKernelError, Verdict, Workload, check_outputs
 from kernels.build import BuiltKernel
-from kernels.registry import WORKLOAD_PATH_ENV, load_workload, workload_entry_points
+from kernels.registry import (
+    ENTRY_POINT_GROUP,
+    WORKLOAD_PATH_ENV,
+    load_workload,
+    workload_entry_points,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "examples.attention:make_workload"
@@ -140,6 +145,9 @@ def test_an_entry_point_names_a_workload_like_a_built_in(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv(WORKLOAD_PATH_ENV, str(ROOT))
     assert workload_entry_points() == {"attention": TARGET}
+    from orchestrator.config import WORKLOAD_ENTRY_POINTS
+
+    assert WORKLOAD_ENTRY_POINTS == ENTRY_POINT_GROUP  # the config's composition reads the same
     spec = load_workload("attention")
     assert spec.name == "attention" and spec.unit == "tokens/s"
 
