@@ -63,6 +63,7 @@ class LaunchSettings:
     start_timeout_s: float = 120.0  # a worker that does not start within this is given up
     lease_wait_s: float | None = None  # wait this long for a GPU another sweep holds; None: forever
     retry: str = "not_measured"  # which stored trials a re-run runs again (jobs.RETRY_POLICIES)
+    queue_ahead: bool = True  # send a busy GPU its next trial, to start as the last one returns
     num_cpus: float = 0.0  # CPUs each worker reserves (0: or four never start on two cores)
     resources: dict[str, float] = field(default_factory=dict)  # custom Ray resources per worker
     log_to_driver: bool = False  # forward workers' stdout/stderr to this terminal

@@ -28,6 +28,7 @@ import atexit
 import logging
 import math
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +37,7 @@ from orchestrator.errors import UserError
 from orchestrator.jobs import PER_JOB_KEYS, machine_key
 from orchestrator.pool_join import EarlyStart
 from orchestrator.ray_calls import first_line, join_ray, keeping_sigterm_handler, kill
-from orchestrator.slot import Call, Slot, selection_key
+from orchestrator.slot import Call, Slot, SlotState, SlotStateError, selection_key
 from orchestrator.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker, WorkerInfo
 
 log = logging.getLogger(__name__)
@@ -73,27 +74,62 @@ class GpuPool(EarlyStart):
     ) -> Any:
         """Send ``call`` to the slot's worker: the slot enters the call's state until ``take``.
 
+        A run call to a BUSY slot is queued behind its trial (``Slot.queue``): the worker runs
+        it next, and its deadline is set when it is promoted (``promote``).
+
         Args:
             slot: the GPU.
             call: which of the worker's methods.
             *args: its arguments.
             deadline: ``time.monotonic()`` by which the answer must be back.
-            job: the job of a ``Call.RUN`` (``launch.Job``).
+            job: the job of a ``Call.RUN`` (``batch.Job``).
 
         Returns:
             The call's object ref.
         """
+        queue = call is Call.RUN and slot.state is SlotState.BUSY
+        if queue and not slot.may_queue:  # refused before anything is sent
+            raise SlotStateError(f"{slot.label}: a trial is queued already")
         ref = getattr(slot.actor, call.value).remote(*args)
-        slot.begin(call, ref, deadline, job)
+        if queue:
+            slot.queue(ref, job)
+        else:
+            slot.begin(call, ref, deadline, job)
         self._inflight[ref] = (slot, call)
         return ref
 
+    def owner(self, ref: Any) -> tuple[Slot, Call] | None:
+        """The slot and call a ref in flight is for (None: given up), left in flight."""
+        return self._inflight.get(ref)
+
     def take(self, ref: Any) -> tuple[Slot, Call] | None:
-        """The slot and call an answered ref was for (None: given up); no longer in flight."""
+        """The slot and call an answered ref was for (None: given up); no longer in flight.
+
+        Only a slot's call in flight is taken, never its queued trial: Ray ran that one first,
+        so its answer is handled first (``promote``).
+        """
+        owner = self._inflight.get(ref)
+        if owner is not None and owner[0].ref != ref:
+            raise SlotStateError(f"{owner[0].label}: the queued trial's answer taken before "
+                                 "the one in flight")
         owner = self._inflight.pop(ref, None)
         if owner is not None:
             owner[0].end_call()
         return owner
+
+    def promote(self, slot: Slot, timeout_s: float) -> Any:
+        """The slot's queued trial is now in flight, due within ``timeout_s`` from now (it
+        began when the one before it returned); returns its job."""
+        return slot.promote(time.monotonic() + timeout_s).job
+
+    def unqueue(self, slot: Slot) -> Any:
+        """Take back the slot's queued trial, which never ran (its answer, if one comes, is
+        ignored); returns its job (None: none was queued)."""
+        queued = slot.unqueue()
+        if queued is None:
+            return None
+        self._inflight.pop(queued.ref, None)
+        return queued.job
 
     def cancel(self, slot: Slot) -> None:
         """Give up the slot's call in flight (its answer, if it comes, is ignored)."""

@@ -10,6 +10,13 @@ in that call's state, its answer is taken back with ``GpuPool.take``, and ``Slot
     (a worker died or hung: any call's state --identify--> STARTING --acquire--> ACQUIRING)
     (any state but RETIRED --> RETIRED, for good)
 
+**A trial queued behind the running one.** A BUSY slot may hold one more run call (``queue``):
+Ray runs an actor's calls in the order they were sent, so the worker starts it the moment the
+running trial returns, without waiting for the driver to hear of it and answer. When the running
+trial's answer is handled, the queued one becomes the trial in flight (``promote``: still BUSY,
+its deadline from then); a worker that dies or is replaced never ran it, and ``unqueue`` gives
+its job back to be sent again.
+
 This module imports neither Ray nor a framework.
 """
 
@@ -19,6 +26,7 @@ import enum
 import json
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.worker import WorkerInfo
@@ -82,6 +90,21 @@ class SlotStateError(RuntimeError):
     """A slot was asked to make a transition its state machine does not have."""
 
 
+@dataclass(frozen=True)
+class RunCall:
+    """A trial sent to a worker.
+
+    Attributes:
+        ref: the object ref of its answer.
+        job: the job (``batch.Job``).
+        dispatched_at: Unix seconds it was sent.
+    """
+
+    ref: Any
+    job: Any
+    dispatched_at: float
+
+
 class Slot:
     """One GPU of the pool and the worker that owns it.
 
@@ -108,13 +131,13 @@ class Slot:
         self.builds = 0  # kernels the worker has built (its cache's counter)
         self.deaths_in_a_row = 0
         self.retired_reason: str | None = None
-        self.dispatched_at: float | None = None  # Unix seconds the last trial was sent
         self.parked: list[Any] = []  # replacements that landed on another GPU of the node
         self._state = SlotState.IDENTIFIED
         self._since = time.monotonic()
         self._ref: Any = None
         self._deadline = math.inf
-        self._job: Any = None
+        self._trial: RunCall | None = None  # the trial in flight
+        self._queued: RunCall | None = None  # the trial sent to run after it
 
     # --- reading -------------------------------------------------------------------------------
     @property
@@ -139,8 +162,18 @@ class Slot:
 
     @property
     def job(self) -> Any:
-        """The job of the trial in flight (``launch.Job``; None: no trial)."""
-        return self._job
+        """The job of the trial in flight (``batch.Job``; None: no trial)."""
+        return None if self._trial is None else self._trial.job
+
+    @property
+    def queued(self) -> RunCall | None:
+        """The trial queued behind the one in flight (None: none)."""
+        return self._queued
+
+    @property
+    def may_queue(self) -> bool:
+        """A trial is in flight and none is queued behind it: one more may be sent."""
+        return self._state is SlotState.BUSY and self._queued is None
 
     @property
     def live(self) -> bool:
@@ -165,11 +198,11 @@ class Slot:
 
     def activity(self, frameworks: tuple[str, ...] = ()) -> str:
         """What its lane of the progress line shows, e.g. ``gemm/jax@1065`` or ``taking GPU``."""
-        if self._state is SlotState.BUSY and self._job is not None:
-            config = self._job.spec.config
-            clock = config.device.sm_clock_mhz
+        if self._state is SlotState.BUSY and self._trial is not None:
+            spec = self._trial.job.spec
+            clock = spec.config.device.sm_clock_mhz
             where = f"@{clock}" if clock is not None else ""
-            return f"{self._job.spec.workload_name}/{config.framework.name}{where}"
+            return f"{spec.workload_name}/{spec.config.framework.name}{where}"
         if self._state is SlotState.WARMING:
             return f"loading {'+'.join(frameworks)}"
         return _LANE_TEXT.get(self._state, self._state.value)
@@ -186,19 +219,44 @@ class Slot:
         """A call was sent to the worker: enter its state (``GpuPool.call`` sends it)."""
         if (job is None) != (call is not Call.RUN):
             raise SlotStateError(f"{self.label}: a job goes with a run call, and only with one")
+        if self._queued is not None:
+            raise SlotStateError(f"{self.label}: a {call.value} call sent with a trial queued")
         self._enter(call.state)
         self._ref, self._deadline = ref, deadline
         if job is not None:
-            self._job, self.dispatched_at = job, time.time()
+            self._trial = RunCall(ref, job, time.time())
+
+    def queue(self, ref: Any, job: Any) -> None:
+        """A trial was sent to run after the one in flight (``GpuPool.call`` on a BUSY slot)."""
+        if not self.may_queue:
+            queued = "one queued already" if self._queued is not None else self._state.name
+            raise SlotStateError(f"{self.label}: no trial may be queued ({queued})")
+        self._queued = RunCall(ref, job, time.time())
+
+    def promote(self, deadline: float) -> RunCall:
+        """The trial in flight was answered: the queued one is now in flight (it began as the
+        other returned), due by ``deadline``; returns it."""
+        if self._queued is None or self._ref is not None:
+            raise SlotStateError(f"{self.label}: nothing to promote, or a call still in flight")
+        self._trial, self._queued = self._queued, None
+        self._ref, self._deadline, self._since = self._trial.ref, deadline, time.monotonic()
+        return self._trial
+
+    def unqueue(self) -> RunCall | None:
+        """Take back the queued trial (its worker is being replaced or retired: it never ran)."""
+        queued, self._queued = self._queued, None
+        return queued
 
     def end_call(self) -> None:
         """The call in flight is answered or given up: no ref, no deadline (state unchanged)."""
         self._ref, self._deadline = None, math.inf
 
-    def take_job(self) -> Any:
-        """The job of the trial that was in flight (its answer is being handled), now cleared."""
-        job, self._job = self._job, None
-        return job
+    def take_trial(self) -> RunCall:
+        """The trial that was in flight (its answer is being handled), now cleared."""
+        trial, self._trial = self._trial, None
+        if trial is None:
+            raise SlotStateError(f"{self.label}: no trial in flight")
+        return trial
 
     def mark_idle(self) -> None:
         """The worker is ready for a trial (warmed up, or back from one)."""
@@ -207,6 +265,8 @@ class Slot:
     def retire(self, reason: str) -> list[Any]:
         """Take the GPU out of the sweep for good; returns the workers to end (``GpuPool.retire``
         ends them and forgets the call in flight)."""
+        if self._queued is not None:
+            raise SlotStateError(f"{self.label}: retired with a trial queued")
         self._enter(SlotState.RETIRED)
         self.end_call()
         self.retired_reason = reason

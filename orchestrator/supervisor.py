@@ -20,10 +20,19 @@ setting caused is a result, one of the circumstances is recorded ``not_measured`
   between trials, it is ``not_measured``; with its node lost, ``not_measured`` at once;
 - a trial ran past its limit (``hydra.launcher.timeout_s``, else the job's ``measure.timeout_s``):
   its worker is killed and replaced and the trial is recorded as ``timeout``;
+- a trial queued behind one whose worker died, timed out or whose GPU was retired never ran: its
+  job is sent again (to the new worker, or another GPU);
 - a GPU found unhealthy before a trial is retired and the job goes to another GPU; a GPU whose
   worker died ``max_restarts`` times in a row (or whose replacement did not start within
   ``start_timeout_s``) is retired: ``any`` jobs go to the other GPUs; jobs no GPU is left to
   run (its ``every`` jobs) are recorded as ``not_measured``.
+
+**Queued trials.** With ``hydra.launcher.queue_ahead`` (the default) a GPU running a trial is sent
+its next one (``Slot.queue``): Ray runs an actor's calls in order, so the next trial starts as the
+last returns, and the GPU's gap between trials is the worker's own, not a round trip through the
+driver (Ray Data's actor pools keep several tasks in flight per actor for the same reason). Jobs
+any GPU may run are queued ahead only while at least as many wait as there are GPUs, so the last
+ones go to whichever GPU is free first.
 
 Slots move only through the pool's and the slot's methods (``orchestrator.slot``); this module
 decides *when*, never edits their fields. Ray is imported only inside functions.
@@ -79,8 +88,10 @@ class Supervisor:
         # Workers of a local Ray instance share this machine's cores; a cluster's have their own.
         local = self.settings.address is None
         self.warm_limit = max(1, os.cpu_count() or 1) if local else len(pool.slots)
+        self.queue_ahead = self.settings.queue_ahead
         self.attempts: dict[str, int] = {}  # trial key -> the attempt a run now gets (default 1)
-        self.orphans: dict[str, tuple[Job, str, float]] = {}  # GPU uuid -> job, error, died_at
+        # GPU uuid -> the job its dead worker ran, the error, its launch record (sent, died at)
+        self.orphans: dict[str, tuple[Job, str, dict[str, float]]] = {}
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> list[JobResult]:
@@ -196,12 +207,28 @@ class Supervisor:
         self._show(slot)
 
     def _dispatch(self) -> None:
+        """Send each idle GPU its next job (the least used first), then queue one behind each
+        busy GPU's trial (``_may_queue``)."""
         idle = [s for s in self.pool.slots if s.state is SlotState.IDLE]
-        for slot in sorted(idle, key=lambda s: self.dealt.get(s.uuid, 0)):  # the least used first
+        for slot in sorted(idle, key=lambda s: self.dealt.get(s.uuid, 0)):
             self._send(slot)
+        if self.queue_ahead:
+            for slot in self.pool.slots:
+                if slot.may_queue:
+                    self._send(slot)
+
+    def _may_queue(self, slot: Slot) -> bool:
+        """Whether a busy GPU takes a job to run after its trial: its own queue's (``every``), or
+        one of the shared queue while no idle GPU would go without (as many queued as GPUs)."""
+        if not (self.queue_ahead and slot.may_queue):
+            return False
+        return self.every or len(self.pending) >= len(self.pool.slots)
 
     def _send(self, slot: Slot) -> None:
-        """Send an idle GPU its next job, if there is one it may take now."""
+        """Send a GPU its next job, if there is one it may take now: an idle GPU to run at once,
+        a busy one to run after its trial (``_may_queue``)."""
+        if slot.state is SlotState.BUSY and not self._may_queue(slot):
+            return
         if self.every:
             queue = self.queues[slot.uuid]
             if not queue:
@@ -240,6 +267,14 @@ class Supervisor:
         if self.pool.joining(ref):
             self._on_join(ref)
             return
+        owner = self.pool.owner(ref)
+        queued = None if owner is None else owner[0].queued
+        if queued is not None and queued.ref == ref and owner[0].ref is not None:
+            # A queued trial answered before the one ahead of it: Ray ran that one first (or
+            # failed both as the worker died), so its answer is there to handle first.
+            self._on_ready(owner[0].ref)
+            if self.pool.owner(ref) is None:  # taken back: the worker died in the one ahead
+                return
         owner = self.pool.take(ref)
         if owner is None:
             return
@@ -294,36 +329,54 @@ class Supervisor:
     def _on_trial(self, slot: Slot, ref: Any) -> None:
         import ray
 
-        job = slot.take_job()
+        trial = slot.take_trial()
+        job, sent = trial.job, {"dispatched_at": trial.dispatched_at}
         try:
             reply: TrialReply = ray.get(ref)
         except ray.exceptions.RayTaskError as e:  # our code raised in the worker, which lives on
-            slot.mark_idle()
+            self._next_trial(slot)
             error = f"not measured: the worker raised: {first_line(e)}"
-            self._record(slot, job, self._failure(slot, job, Status.NOT_MEASURED, error), {})
+            self._record(slot, job, self._failure(slot, job, Status.NOT_MEASURED, error), sent)
         except ray.exceptions.RayError as e:  # the process is gone: ActorDiedError and the like
             where = f"pid {slot.info.pid} on {slot.info.host}"
             error = f"the worker process died ({where}): {first_line(e)}"
             if not self.pool.node_alive(slot.node_id):  # the node with it: nothing to read
                 rows = self._failure(slot, job, Status.NOT_MEASURED, f"{error}; its node was lost")
-                self._record(slot, job, rows, {"died_at": time.time()})
+                self._record(slot, job, rows, {**sent, "died_at": time.time()})
             else:  # its replacement reads the dead one's trace (``_on_identify``)
-                self.orphans[slot.uuid] = (job, error, time.time())
+                self.orphans[slot.uuid] = (job, error, {**sent, "died_at": time.time()})
             self._replace(slot, "its worker died during a trial")
         else:
             if not reply.ran:  # the GPU was unhealthy before the trial: nothing ran
                 self._retire(slot, reply.unhealthy or "unhealthy", requeue=job)
                 return
-            slot.mark_idle()
             slot.trial_returned(reply.builds)
-            extra = {**reply.timing(), "dispatched_at": slot.dispatched_at}
             if not reply.unhealthy:  # the next job first: the GPU need not wait for the write
+                self._next_trial(slot)
                 self._send(slot)
-            self._record(slot, job, reply.rows, extra)
+            self._record(slot, job, reply.rows, {**reply.timing(), **sent})
             if reply.unhealthy:  # it failed during this trial: no further trials
                 self._retire(slot, reply.unhealthy)
                 return
         self._show(slot)
+
+    def _next_trial(self, slot: Slot) -> None:
+        """A trial's answer was handled and its worker lives: the trial queued behind it is
+        now in flight (its worker began it as the other returned), or the GPU is idle."""
+        if slot.queued is None:
+            slot.mark_idle()
+        else:
+            job = slot.queued.job
+            self.pool.promote(slot, job.timeout_s)
+
+    def _take_back(self, slot: Slot) -> None:
+        """The slot's queued trial never ran (its worker is being replaced, or its GPU retired):
+        its job goes back to the front of its queue, to be sent again."""
+        job = self.pool.unqueue(slot)
+        if job is None:
+            return
+        self.dealt[slot.uuid] -= 1
+        (self.queues[slot.uuid] if self.every else self.pending).appendleft(job)
 
     def _failure(self, slot: Slot, job: Job, status: Status, error: str) -> list[dict[str, Any]]:
         """The rows of a trial that returned none, on the slot's GPU."""
@@ -335,7 +388,7 @@ class Supervisor:
     def _resolve_orphan(self, uuid: str, trace: TrialTrace | None, why: str = "") -> None:
         """Record the trial a dead worker was running on GPU ``uuid``, from its trace: a crash
         inside the trial's kernel calls, else not measured."""
-        job, error, died_at = self.orphans.pop(uuid)
+        job, error, extra = self.orphans.pop(uuid)
         slot = next(s for s in self.pool.slots if s.uuid == uuid)
         if trace is not None and trace.trial_key == job.spec.trial_key(uuid) \
                 and trace.in_kernel_calls:
@@ -343,7 +396,7 @@ class Supervisor:
         else:
             status = Status.NOT_MEASURED
             error += f"; not measured: {why or 'it died before the trial began its kernel calls'}"
-        self._record(slot, job, self._failure(slot, job, status, error), {"died_at": died_at})
+        self._record(slot, job, self._failure(slot, job, status, error), extra)
 
     def _record(
         self, slot: Slot, job: Job, rows: list[dict[str, Any]], extra: dict[str, Any]
@@ -357,7 +410,7 @@ class Supervisor:
             "ray_gpu_id": slot.info.ray_gpu_id,
             "worker_restarts": slot.restarts,
             "job_num": job.num,
-            "dispatched_at": slot.dispatched_at,
+            "dispatched_at": None,
             **extra,
         }
         store = self.stores.of(job, self.pool.slots)
@@ -382,14 +435,16 @@ class Supervisor:
                 continue
             self.pool.cancel(slot)
             if slot.state is SlotState.BUSY:
-                job = slot.take_job()
+                trial = slot.take_trial()
+                job = trial.job
                 kill(slot.actor)
                 error = (
                     f"no result after {job.timeout_s:g} s (timeout_s): "
                     "the worker was killed and replaced"
                 )
                 rows = self._failure(slot, job, Status.TIMEOUT, error)
-                self._record(slot, job, rows, {"killed_at": time.time()})
+                extra = {"dispatched_at": trial.dispatched_at, "killed_at": time.time()}
+                self._record(slot, job, rows, extra)
                 self._replace(slot, "a trial timed out")
             else:
                 self._replace(
@@ -399,6 +454,7 @@ class Supervisor:
     # --- replacing and retiring ----------------------------------------------------------------
     def _replace(self, slot: Slot, why: str) -> None:
         """Kill the slot's worker and start another on the same GPU (same node)."""
+        self._take_back(slot)
         kill(slot.actor)
         deaths = slot.worker_died()
         limit = self.settings.max_restarts
@@ -443,6 +499,7 @@ class Supervisor:
             requeue: a job it was given but did not start: back to the front of the queue for
                 another GPU (``placement=every``: recorded as ``not_measured`` with its queue).
         """
+        self._take_back(slot)
         if requeue is not None:
             if self.every:
                 self.queues[slot.uuid].appendleft(requeue)

@@ -37,6 +37,7 @@ class RayGpusLauncherConf:
         None  # wait for a GPU another sweep holds; null: as long as it takes
     )
     retry: str = "not_measured"  # stored trials a re-run runs again: never|not_measured|failed
+    queue_ahead: bool = True  # a busy GPU is sent its next trial: no driver round trip between
     num_cpus: float = 0.0  # CPUs each worker reserves (keep 0 unless Ray must spread CPU load)
     resources: Dict[str, float] = field(default_factory=dict)  # custom Ray resources per worker
     log_to_driver: bool = False  # show the workers' stdout/stderr here

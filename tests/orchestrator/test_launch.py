@@ -150,6 +150,67 @@ def test_placement_every_gives_one_row_per_job_per_gpu_and_a_rerun_resumes(sim4,
     assert "8 trial(s) already in the store, skipped (resume)" in capsys.readouterr().err
 
 
+def _sent_while_the_one_before_ran(rows: list[dict]) -> list[bool]:
+    """Per GPU, for each trial after its first: was it sent before the one before it ended."""
+    by_gpu = defaultdict(list)
+    for r in rows:
+        by_gpu[r["device_uuid"]].append(r["launch"])
+    sent = []
+    for lane in by_gpu.values():
+        lane.sort(key=lambda launch: launch["trial_started_at"])
+        sent += [b["dispatched_at"] < a["trial_ended_at"] for a, b in zip(lane, lane[1:])]
+    return sent
+
+
+@pytest.mark.parametrize("queue_ahead", [True, False])
+def test_a_busy_gpu_is_sent_its_next_trial_to_start_as_the_last_returns(
+    sim4, tmp_path, queue_ahead
+):
+    """With ``queue_ahead`` a GPU's next trial is sent while its last one runs (Ray runs the
+    worker's calls in order), never run beside it; without, only once the GPU is idle."""
+    d = tmp_path / f"queue_{queue_ahead}"
+    rc = sweep(
+        "hydra.launcher.placement=every",
+        f"hydra.launcher.queue_ahead={str(queue_ahead).lower()}",
+        "workload=selu",
+        "device.sm_clock_mhz=1110,1185,1260",
+        "seed=16",
+        f"hydra.sweep.dir={d}",
+    )
+    assert rc == 0
+    rows = stored(d)
+    assert len(rows) == len({r["trial_key"] for r in rows}) == 12
+    assert {r["status"] for r in rows} == {"ok"}
+    assert_no_overlap(rows)
+    sent = _sent_while_the_one_before_ran(rows)
+    assert len(sent) == 8
+    assert all(sent) if queue_ahead else not any(sent)
+
+
+def test_a_trial_queued_behind_a_hung_one_never_ran_and_is_sent_to_the_new_worker(
+    sim4, tmp_path
+):
+    d = tmp_path / "hang_queued"
+    rc = sweep(
+        "hydra.launcher.placement=every",
+        "hydra.launcher.timeout_s=8",
+        "device.sm_clock_mhz=1065,1140",
+        "device.inject={hang_s:300,gpu:2}",  # its first trial on GPU 2 only (times: 1)
+        "seed=17",
+        f"hydra.sweep.dir={d}",
+    )
+    assert rc == 0
+    rows = stored(d)
+    assert len(rows) == len({r["trial_key"] for r in rows}) == 8  # each job once on each GPU
+    gpu2 = [r for r in rows if r["device_uuid"] == uuids_in_pci_order(sim4)[2]]
+    (timed_out,) = [r for r in gpu2 if r["status"] == "timeout"]
+    (after,) = [r for r in gpu2 if r["status"] == "ok"]
+    # queued behind the hung trial, it was taken back and sent again after the kill
+    assert after["launch"]["dispatched_at"] > timed_out["launch"]["killed_at"]
+    assert after["launch"]["worker_pid"] != timed_out["launch"]["worker_pid"]
+    assert after["attempt"] == 1  # its first run: the queued call never ran
+
+
 def test_a_grid_longer_than_a_chunk_streams_and_two_reruns_store_each_job_once(
     sim4, tmp_path, capsys
 ):

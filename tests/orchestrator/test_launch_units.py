@@ -158,3 +158,58 @@ def test_worker_module_imports_neither_ray_nor_a_framework():
         cwd=Path(__file__).resolve().parents[2],
     )
     assert out.stdout.strip() == "[]"
+
+
+def _busy_slot():
+    from orchestrator.devices.base import DeviceIdentity
+    from orchestrator.slot import Call, Slot
+    from orchestrator.worker import WorkerInfo
+
+    identity = DeviceIdentity(0, "GPU-a", "00000000:07:00.0", "A100", "ampere", "550", "sim")
+    slot = Slot(WorkerInfo("GPU-a", identity, "0", None, "host", 1), actor="worker")
+    slot.begin(Call.ACQUIRE, "acquire-ref")
+    slot.end_call()
+    slot.begin(Call.WARM, "warm-ref")
+    slot.end_call()
+    slot.mark_idle()
+    slot.begin(Call.RUN, "ref-1", deadline=10.0, job="job-1")
+    return slot
+
+
+def test_a_busy_slot_queues_one_trial_that_is_in_flight_once_the_one_before_is_answered():
+    from orchestrator.slot import SlotState, SlotStateError
+
+    slot = _busy_slot()
+    assert slot.may_queue
+    slot.queue("ref-2", "job-2")
+    assert not slot.may_queue and slot.queued.job == "job-2"
+    with pytest.raises(SlotStateError, match="one queued already"):
+        slot.queue("ref-3", "job-3")
+    assert (slot.ref, slot.job, slot.deadline) == ("ref-1", "job-1", 10.0)
+    with pytest.raises(SlotStateError, match="call still in flight"):
+        slot.promote(20.0)  # not before the trial ahead of it is answered
+    slot.end_call()
+    assert slot.take_trial().job == "job-1"
+    promoted = slot.promote(20.0)
+    assert (promoted.job, slot.ref, slot.job, slot.deadline) == ("job-2", "ref-2", "job-2", 20.0)
+    assert slot.state is SlotState.BUSY and slot.queued is None and slot.may_queue
+    slot.end_call()
+    assert slot.take_trial().job == "job-2"
+    slot.mark_idle()
+    with pytest.raises(SlotStateError, match="IDLE"):
+        slot.queue("ref-4", "job-4")  # an idle GPU is sent a trial to run, not to queue
+
+
+def test_a_queued_trial_is_taken_back_before_its_worker_is_replaced_or_its_gpu_retired():
+    from orchestrator.slot import Call, SlotStateError
+
+    slot = _busy_slot()
+    slot.queue("ref-2", "job-2")
+    slot.end_call()
+    slot.take_trial()
+    with pytest.raises(SlotStateError, match="trial queued"):
+        slot.begin(Call.IDENTIFY, "identify-ref")  # a new worker would never run it
+    with pytest.raises(SlotStateError, match="trial queued"):
+        slot.retire("lost")
+    assert slot.unqueue().job == "job-2" and slot.unqueue() is None
+    assert slot.retire("lost") == ["worker"]
