@@ -98,9 +98,14 @@ class GpuPool(EarlyStart):
         self._inflight[ref] = (slot, call)
         return ref
 
-    def owner(self, ref: Any) -> tuple[Slot, Call] | None:
-        """The slot and call a ref in flight is for (None: given up), left in flight."""
-        return self._inflight.get(ref)
+    def ahead_of(self, ref: Any) -> Any:
+        """For the answer of a trial queued behind another whose answer is not taken yet, the
+        other's ref (None otherwise). Ray ran that one first, or failed both as their worker
+        died, so its answer is there too, and is to be handled first (``take``)."""
+        owner = self._inflight.get(ref)
+        if owner is None or owner[0].queued is None or owner[0].queued.ref != ref:
+            return None
+        return owner[0].ref
 
     def take(self, ref: Any) -> tuple[Slot, Call] | None:
         """The slot and call an answered ref was for (None: given up); no longer in flight.

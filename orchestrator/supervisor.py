@@ -1,12 +1,14 @@
 """The supervisor: runs one batch of jobs over a started pool and stores results as they finish.
 
-It sends each job to an idle worker (``placement=any``), to every worker (``every``, one trial
-per GPU: a fleet survey), or to the next idle one of a list of GPU UUIDs, always among the GPUs
-the job's own ``device.gpus`` selects, and handles results **as they finish** (``ray.wait``):
-each row is written to the store on the driver at once, so a cluster needs no shared filesystem
-and a killed sweep loses only the trials in flight. Jobs whose trial is already stored are
-skipped, unless ``hydra.launcher.retry`` runs them again as a new attempt (resume, one keyed
-query per store and chunk: ``orchestrator.resume``).
+It deals each job to the next free GPU (``placement=any``, or one of a list of GPU UUIDs), or to
+every GPU (``every``: a fleet survey), among those the job's ``device.gpus`` selects
+(``orchestrator.job_queue``). A busy GPU is sent its next trial too (``queue_ahead``): Ray runs
+an actor's calls in order, so it starts as the last returns, without a round trip through the
+driver (Ray Data's actor pools keep several tasks in flight per actor for the same reason).
+Results are handled **as they finish** (``ray.wait``): each row is written to the store on the
+driver at once, so a cluster needs no shared filesystem and a killed sweep loses only the trials
+in flight. Jobs whose trial is already stored are skipped, unless ``hydra.launcher.retry`` runs
+them again as a new attempt (resume, one keyed query per store and chunk: ``orchestrator.resume``).
 
 Failure semantics (the sweep always ends with a row for every job and GPU); a failure the
 setting caused is a result, one of the circumstances is recorded ``not_measured``:
@@ -27,13 +29,6 @@ setting caused is a result, one of the circumstances is recorded ``not_measured`
   ``start_timeout_s``) is retired: ``any`` jobs go to the other GPUs; jobs no GPU is left to
   run (its ``every`` jobs) are recorded as ``not_measured``.
 
-**Queued trials.** With ``hydra.launcher.queue_ahead`` (the default) a GPU running a trial is sent
-its next one (``Slot.queue``): Ray runs an actor's calls in order, so the next trial starts as the
-last returns, and the GPU's gap between trials is the worker's own, not a round trip through the
-driver (Ray Data's actor pools keep several tasks in flight per actor for the same reason). Jobs
-any GPU may run are queued ahead only while at least as many wait as there are GPUs, so the last
-ones go to whichever GPU is free first.
-
 Slots move only through the pool's and the slot's methods (``orchestrator.slot``); this module
 decides *when*, never edits their fields. Ray is imported only inside functions.
 """
@@ -42,9 +37,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.job_queue import JobQueue
 from orchestrator.pool import GpuPool
 from orchestrator.progress import Progress
 from orchestrator.ray_calls import first_line, kill
@@ -76,12 +71,10 @@ class Supervisor:
         self.progress = progress
         self.settings = pool.settings
         self.every = self.settings.placement == "every"
-        self.pending: deque[Job] = deque()  # placement any or a list: one queue, taken per GPU
-        self.queues: dict[str, deque[Job]] = {s.uuid: deque() for s in pool.slots}  # every
+        self.queue = JobQueue(self.every, (s.uuid for s in pool.slots))
         self.results: dict[int, dict[str, JobResult]] = {}  # job number -> GPU uuid -> result
         self.retired: dict[str, dict[str, Any]] = {}  # GPU uuid -> label, host, reason, time
         self.stores = BatchStores(self.settings)
-        self.dealt: dict[str, int] = {}  # GPU uuid -> jobs sent to it in this batch
         self.frameworks = jobs.frameworks
         self.low_water = 2 * len(pool.slots)  # queued jobs below this: take another chunk
         self.chunk = max(64, 2 * pool.expected)
@@ -143,21 +136,14 @@ class Supervisor:
         # A worker being replaced restores its GPU as it starts: wait for that too.
         if any(s.state in (SlotState.BUSY, SlotState.STARTING) for s in self.pool.slots):
             return False
-        if not self.jobs.exhausted:
-            return False
-        return not any(self.queues.values()) if self.every else not self.pending
-
-    def _queued(self) -> int:
-        if not self.every:
-            return len(self.pending)
-        live = [len(self.queues[s.uuid]) for s in self.pool.slots if s.live]
-        return min(live) if live else 0
+        return self.jobs.exhausted and self.queue.empty()
 
     def _refill(self) -> None:
         """Take jobs from the stream while fewer than ``low_water`` are queued; queue what is not
         stored yet (or is to run again), count what is (resume: one keyed query per store and
         chunk)."""
-        while not self.jobs.exhausted and self._queued() < self.low_water:
+        live = [s.uuid for s in self.pool.slots if s.live]
+        while not self.jobs.exhausted and self.queue.waiting(live) < self.low_water:
             chunk = self.jobs.take(self.chunk)
             stored = self.stores.resume(chunk, self.pool.slots)
             for found in stored.values():
@@ -175,19 +161,9 @@ class Supervisor:
             resume = stored.get(job.spec.trial_key(uuid))
             if resume is not None and not resume.run:
                 done[uuid] = JobResult.of(resume.rows, job.spec.objective_name)
-        if self.every:
-            for slot in (s for s in self.pool.slots if s.runs(job)):
-                if slot.uuid in done:
-                    self.results.setdefault(job.num, {})[slot.uuid] = done[slot.uuid]
-                    self.progress.trial_skipped()
-                else:
-                    self.queues[slot.uuid].append(job)
-        elif done:
-            uuid, result = next(iter(done.items()))
+        for uuid, result in self.queue.plan(job, self.pool.slots, done).items():
             self.results.setdefault(job.num, {})[uuid] = result
             self.progress.trial_skipped()
-        else:
-            self.pending.append(job)
 
     # --- sending work --------------------------------------------------------------------------
     def _start_next(self) -> None:
@@ -207,54 +183,39 @@ class Supervisor:
         self._show(slot)
 
     def _dispatch(self) -> None:
-        """Send each idle GPU its next job (the least used first), then queue one behind each
-        busy GPU's trial (``_may_queue``)."""
+        """Send each idle GPU its next job (the least used first), then one to each busy GPU to
+        run after its trial (``queue_ahead``)."""
         idle = [s for s in self.pool.slots if s.state is SlotState.IDLE]
-        for slot in sorted(idle, key=lambda s: self.dealt.get(s.uuid, 0)):
+        for slot in self.queue.least_used(idle):
             self._send(slot)
         if self.queue_ahead:
             for slot in self.pool.slots:
                 if slot.may_queue:
                     self._send(slot)
 
-    def _may_queue(self, slot: Slot) -> bool:
-        """Whether a busy GPU takes a job to run after its trial: its own queue's (``every``), or
-        one of the shared queue while no idle GPU would go without (as many queued as GPUs)."""
-        if not (self.queue_ahead and slot.may_queue):
-            return False
-        return self.every or len(self.pending) >= len(self.pool.slots)
-
     def _send(self, slot: Slot) -> None:
-        """Send a GPU its next job, if there is one it may take now: an idle GPU to run at once,
-        a busy one to run after its trial (``_may_queue``)."""
-        if slot.state is SlotState.BUSY and not self._may_queue(slot):
+        """Send a GPU the next job it may take now (``JobQueue.take``): an idle GPU to run at
+        once, a busy one to run after its trial."""
+        ahead = slot.state is SlotState.BUSY
+        if ahead and not (self.queue_ahead and slot.may_queue):
             return
-        if self.every:
-            queue = self.queues[slot.uuid]
-            if not queue:
-                return
-            job = queue.popleft()
-        else:
-            job = next((j for j in self.pending if slot.runs(j)), None)
-            if job is None or self._over_share(slot):
-                return
-            self.pending.remove(job)
-        self.dealt[slot.uuid] = self.dealt.get(slot.uuid, 0) + 1
+        job = self.queue.take(slot, share=self._share(), ahead_of=len(self.pool.slots) * ahead)
+        if job is None:
+            return
         deadline = time.monotonic() + job.timeout_s
         attempt = self._attempt(job, slot)
         self.pool.call(slot, Call.RUN, job.spec, job.sweep_id, attempt, deadline=deadline, job=job)
         self._show(slot)
 
-    def _over_share(self, slot: Slot) -> bool:
-        """While workers are still joining or warming up, a GPU takes at most its share of the
-        batch (the jobs over the workers, at least one): a short sweep leaves work for the GPUs
-        that come up late, a long one is not held back."""
+    def _share(self) -> int | None:
+        """While workers are still joining or warming up, the most jobs a GPU takes: its share
+        of the batch (the jobs over the workers, at least one), so a short sweep leaves work for
+        the GPUs that come up late; None (no limit) once all are up."""
         starting = (SlotState.IDENTIFIED, SlotState.ACQUIRING, SlotState.WARMING)
         if not self.pool.filling and not any(s.state in starting for s in self.pool.slots):
-            return False
+            return None
         workers = self.pool.expected if self.pool.filling else len(self.pool.slots)
-        share = max(1, self.jobs.total // max(workers, 1))
-        return self.dealt.get(slot.uuid, 0) >= share
+        return max(1, self.jobs.total // max(workers, 1))
 
     def _attempt(self, job: Job, slot: Slot) -> int:
         """The attempt number of ``job``'s trial on the slot's GPU."""
@@ -267,15 +228,10 @@ class Supervisor:
         if self.pool.joining(ref):
             self._on_join(ref)
             return
-        owner = self.pool.owner(ref)
-        queued = None if owner is None else owner[0].queued
-        if queued is not None and queued.ref == ref and owner[0].ref is not None:
-            # A queued trial answered before the one ahead of it: Ray ran that one first (or
-            # failed both as the worker died), so its answer is there to handle first.
-            self._on_ready(owner[0].ref)
-            if self.pool.owner(ref) is None:  # taken back: the worker died in the one ahead
-                return
-        owner = self.pool.take(ref)
+        ahead = self.pool.ahead_of(ref)
+        if ahead is not None:  # Ray ran that one first: its answer is there to handle first
+            self._on_ready(ahead)
+        owner = self.pool.take(ref)  # None: given up, or a queued trial taken back
         if owner is None:
             return
         slot, call = owner
@@ -307,7 +263,7 @@ class Supervisor:
             if self.pool.join_error:
                 self.progress.note(f"ray_gpus: a worker could not start: {self.pool.join_error}")
             return
-        self.queues[slot.uuid] = deque()
+        self.queue.add_gpu(slot.uuid)
         self.low_water = max(self.low_water, 2 * len(self.pool.slots))
         self.stores.note_gpus(self.pool.slots)  # a re-run finds the trials of every GPU by it
         for action in slot.info.restored:
@@ -366,17 +322,14 @@ class Supervisor:
         if slot.queued is None:
             slot.mark_idle()
         else:
-            job = slot.queued.job
-            self.pool.promote(slot, job.timeout_s)
+            self.pool.promote(slot, slot.queued.job.timeout_s)
 
     def _take_back(self, slot: Slot) -> None:
         """The slot's queued trial never ran (its worker is being replaced, or its GPU retired):
         its job goes back to the front of its queue, to be sent again."""
         job = self.pool.unqueue(slot)
-        if job is None:
-            return
-        self.dealt[slot.uuid] -= 1
-        (self.queues[slot.uuid] if self.every else self.pending).appendleft(job)
+        if job is not None:
+            self.queue.put_back(job, slot.uuid, sent=True)
 
     def _failure(self, slot: Slot, job: Job, status: Status, error: str) -> list[dict[str, Any]]:
         """The rows of a trial that returned none, on the slot's GPU."""
@@ -501,10 +454,7 @@ class Supervisor:
         """
         self._take_back(slot)
         if requeue is not None:
-            if self.every:
-                self.queues[slot.uuid].appendleft(requeue)
-            else:
-                self.pending.appendleft(requeue)
+            self.queue.put_back(requeue, slot.uuid, sent=False)
         self.pool.retire(slot, reason)
         if slot.uuid in self.orphans:  # no replacement will report what its dead worker did
             self._resolve_orphan(slot.uuid, None, f"its GPU was retired ({reason})")
@@ -520,19 +470,13 @@ class Supervisor:
         self._show(slot)
 
     def _fail_queue(self, slot: Slot) -> None:
-        queue = self.queues[slot.uuid]
-        while queue:
-            job = queue.popleft()
+        for job in self.queue.drain(slot.uuid):
             error = f"not run: GPU retired ({slot.retired_reason})"
             self._record(slot, job, self._failure(slot, job, Status.NOT_MEASURED, error), {})
 
     def _fail_stranded(self) -> None:
         """Record the queued jobs that no live GPU may run (every GPU they select is retired)."""
-        for job in list(self.pending):
-            slots = [s for s in self.pool.slots if s.runs(job)]
-            if any(s.live for s in slots):
-                continue
-            self.pending.remove(job)
+        for job, slots in self.queue.stranded(self.pool.slots):
             reasons = "; ".join(sorted({s.retired_reason or "retired" for s in slots}))
             error = f"not run: no GPU it may run on is left ({reasons})"
             rows = self._failure(slots[0], job, Status.NOT_MEASURED, error)

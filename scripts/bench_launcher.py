@@ -146,6 +146,7 @@ def figures(res: dict) -> dict:
         "inside_s": inside_s,
         "overhead_ms": (res["wall_s"] * res["gpus"] - inside_s) / res["trials"] * 1000,
         "steady_ms": statistics.mean(gaps) * 1000 if gaps else float("nan"),
+        "steady_median_ms": statistics.median(gaps) * 1000 if gaps else float("nan"),
         "steady_p90_ms": statistics.quantiles(gaps, n=10)[-1] * 1000
         if len(gaps) >= 10
         else float("nan"),

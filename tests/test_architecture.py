@@ -36,7 +36,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     5: ("orchestrator.worker", "orchestrator.app"),
     6: ("orchestrator.slot", "orchestrator.pool", "orchestrator.supervisor", "orchestrator.launch",
         "orchestrator.batch", "orchestrator.admit", "orchestrator.resume",
-        "orchestrator.pool_join"),
+        "orchestrator.pool_join", "orchestrator.job_queue"),
     7: ("orchestrator.cli", "hydra_plugins"),
 }
 """Floor -> rooms, bottom up: the table of ``docs/architecture.md``."""

@@ -1,0 +1,94 @@
+"""Which job a GPU runs next (``orchestrator.job_queue``), on real slots without Ray."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.devices.base import DeviceIdentity
+from orchestrator.job_queue import JobQueue
+from orchestrator.slot import Slot, selection_key
+from orchestrator.worker import WorkerInfo
+
+ALL = selection_key(None)  # device.gpus unset: every GPU
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    gpus_key: str = ALL
+
+
+def slot(index: int, *selections: str) -> Slot:
+    uuid = f"GPU-{index}"
+    identity = DeviceIdentity(index, uuid, f"00000000:0{index}:00.0", "A100", "ampere", "550",
+                              "sim")
+    return Slot(WorkerInfo(uuid, identity, str(index), None, "host", 100 + index), actor=None,
+                selections={ALL, *selections})
+
+
+def test_a_shared_queue_deals_in_order_each_gpu_the_first_job_it_may_run():
+    a, b = slot(0, "a-only"), slot(1)
+    q = JobQueue(False, [a.uuid, b.uuid])
+    for job in (Job("pinned", "a-only"), Job("j1"), Job("j2")):
+        assert q.plan(job, [a, b], {}) == {}
+    assert q.take(b).name == "j1"  # the pinned job is not b's
+    assert q.take(a).name == "pinned"
+    assert q.waiting([a.uuid, b.uuid]) == 1 and not q.empty()
+    assert q.take(a).name == "j2"
+    assert q.take(b) is None and q.empty()
+    assert q.dealt == {a.uuid: 2, b.uuid: 1}
+    assert q.least_used([a, b]) == [b, a]
+
+
+def test_a_busy_gpu_queues_from_the_shared_queue_only_while_as_many_wait_as_there_are_gpus():
+    gpus = [slot(i) for i in range(3)]
+    q = JobQueue(False, [s.uuid for s in gpus])
+    for i in range(4):
+        q.plan(Job(f"j{i}"), gpus, {})
+    assert q.take(gpus[0], ahead_of=3).name == "j0"  # 4 wait: one may go behind a busy GPU
+    assert q.take(gpus[1], ahead_of=3).name == "j1"  # 3 wait
+    assert q.take(gpus[2], ahead_of=3) is None  # 2 wait for 3 GPUs: kept for a free one
+    assert q.take(gpus[2]).name == "j2"  # an idle GPU takes it
+
+
+def test_placement_every_queues_each_job_on_each_gpu_and_ignores_the_shared_rules():
+    a, b = slot(0), slot(1)
+    q = JobQueue(True, [a.uuid, b.uuid])
+    assert q.plan(Job("j0"), [a, b], {b.uuid: "stored"}) == {b.uuid: "stored"}
+    q.plan(Job("j1"), [a, b], {})
+    assert q.waiting([a.uuid, b.uuid]) == 1  # the shortest live queue
+    assert q.take(a, ahead_of=2, share=0).name == "j0"  # its own queue: no share, no tail rule
+    assert q.take(b).name == "j1"
+    assert q.take(b) is None
+    assert [j.name for j in q.drain(a.uuid)] == ["j1"] and q.empty()
+
+
+def test_one_stored_trial_stands_for_a_shared_job_which_is_then_not_queued():
+    a, b = slot(0), slot(1)
+    q = JobQueue(False, [a.uuid, b.uuid])
+    assert q.plan(Job("j0"), [a, b], {a.uuid: "ra", b.uuid: "rb"}) == {a.uuid: "ra"}
+    assert q.empty()
+
+
+def test_a_gpu_takes_at_most_its_share_and_a_job_given_back_is_dealt_first_again():
+    a, b = slot(0), slot(1)
+    q = JobQueue(False, [a.uuid, b.uuid])
+    for i in range(3):
+        q.plan(Job(f"j{i}"), [a, b], {})
+    first = q.take(a, share=1)
+    assert first.name == "j0" and q.take(a, share=1) is None  # its share of a joining pool
+    q.put_back(first, a.uuid, sent=True)  # its worker died before running it
+    assert q.dealt[a.uuid] == 0
+    assert q.take(b).name == "j0"
+
+
+def test_jobs_no_live_gpu_may_run_are_taken_off_as_stranded():
+    a, b = slot(0, "a-only"), slot(1)
+    q = JobQueue(False, [a.uuid, b.uuid])
+    q.plan(Job("pinned", "a-only"), [a, b], {})
+    q.plan(Job("any"), [a, b], {})
+    assert q.stranded([a, b]) == []
+    a.retire("lost")
+    ((job, selecting),) = q.stranded([a, b])
+    assert job.name == "pinned" and selecting == [a]
+    assert [j.name for j in q.shared] == ["any"]
