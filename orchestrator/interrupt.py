@@ -5,6 +5,13 @@
 finished trial. A library on the way up may turn that exception into another one (a SIGTERM that
 lands inside Hydra's config composition comes out as a config error), so ``terminated`` says
 whether one arrived, and whoever turns exceptions into messages asks it first.
+
+Python drops the exception when the signal lands in a garbage-collector callback or a
+``__del__`` (it prints "Exception ignored in: <function _xla_gc_callback ...>" and goes on: seen
+when JAX's callback was running), so a SIGTERM could be lost while the guard had already put the
+GPU back mid-trial. Long loops therefore ``check`` between steps: each trial before it starts and
+before it returns its rows (a window cut short by a restore is never stored), and the launcher's
+loop.
 """
 
 from __future__ import annotations
@@ -16,8 +23,17 @@ _received = False
 
 
 def install() -> Any:
-    """Route SIGTERM to ``KeyboardInterrupt``; returns the handler it replaced."""
+    """Route SIGTERM to ``KeyboardInterrupt`` for a new command (an earlier command's SIGTERM
+    is forgotten); returns the handler it replaced."""
+    global _received
+    _received = False
     return signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def check() -> None:
+    """Raise ``KeyboardInterrupt`` if SIGTERM arrived, in case the handler's own was dropped."""
+    if _received:
+        raise KeyboardInterrupt("SIGTERM")
 
 
 def terminated() -> bool:

@@ -39,6 +39,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import interrupt
 from orchestrator.job_queue import JobQueue
 from orchestrator.pool import GpuPool
 from orchestrator.progress import Progress
@@ -98,6 +99,7 @@ class Supervisor:
                     self._fail_queue(slot)
                 self._show(slot)
             while not self._finished():
+                interrupt.check()  # a SIGTERM whose KeyboardInterrupt Python dropped
                 self._refill()
                 self._start_next()
                 self._dispatch()

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from orchestrator import interrupt
 from orchestrator.devices.base import Device, KernelWork
 from orchestrator.errors import DeviceError, DeviceLostError, UserError
 from orchestrator.guard import SettingsGuard
@@ -97,9 +98,11 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
         fail_rows(rows, base, job.repeats, Status.NOT_MEASURED, f"not run: {health.reason}")
         return rows
     try:
+        interrupt.check()  # a SIGTERM whose KeyboardInterrupt Python dropped stops the sweep here
         ctx.guard.apply(job.request)
         device.idle(job.config.measure.settle_s)
         _measure(ctx, job, base, rows)
+        interrupt.check()  # ... or here: the guard may have put the GPU back mid-window
     except SimulatedCrash as e:
         fail_rows(rows, base, job.repeats, Status.CRASH, str(e))
     except DeviceLostError as e:

@@ -74,3 +74,37 @@ def test_repeats_give_one_row_each_with_the_same_key(run):
     assert len({r["trial_key"] for r in rows}) == 1
     assert all(r["status"] == "ok" for r in rows)
     assert objective(rows, "edp") > 0
+
+
+def _sigterm_inside_a_gc_callback() -> None:
+    """Deliver SIGTERM while a garbage-collector callback runs (as JAX's ``_xla_gc_callback``
+    did when it was seen): the handler's KeyboardInterrupt is raised there, and Python prints
+    "Exception ignored" and goes on."""
+    import gc
+    import os
+    import signal
+
+    def callback(phase, info):
+        if phase == "start":
+            gc.callbacks.remove(callback)
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at the callback's next instruction
+
+    gc.callbacks.append(callback)
+    gc.collect()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop itself
+def test_a_sigterm_whose_interrupt_python_dropped_still_stops_the_trial(run):
+    import signal
+
+    from orchestrator import interrupt
+
+    previous = interrupt.install()
+    try:
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            run("device.sm_clock_mhz=1065", before=lambda device: _sigterm_inside_a_gc_callback())
+        assert interrupt.terminated()
+    finally:
+        interrupt.install()  # a new command: the SIGTERM is forgotten
+        signal.signal(signal.SIGTERM, previous)
+    assert not interrupt.terminated()
