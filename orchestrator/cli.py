@@ -59,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous = interrupt.install()
     try:
-        return commands[command](rest)
+        code = commands[command](rest)
+        interrupt.check()  # a SIGTERM whose KeyboardInterrupt Python dropped near the end
+        return code
     except DvfsError as e:
         if interrupt.terminated():  # SIGTERM mid-way, come out as another error
             return _interrupted(command)
