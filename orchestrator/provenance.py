@@ -39,14 +39,23 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def library_versions(framework: str | None = None) -> dict[str, str]:
-    """Versions that matter for a result (the framework only if already imported)."""
-    versions = {"python": platform.python_version(), DISTRIBUTION: package_version()}
+@lru_cache(maxsize=1)
+def _distribution_versions() -> tuple[tuple[str, str], ...]:
+    """The versions of the distributions a result depends on, read once per process (1.4 ms a
+    read here, twice a trial before): an install under a running sweep does not change the code
+    its processes run either."""
+    versions = [("python", platform.python_version()), (DISTRIBUTION, package_version())]
     for dist in ("numpy", "nvidia-ml-py", "ray", "hydra-core"):
         try:
-            versions[dist] = md.version(dist)
+            versions.append((dist, md.version(dist)))
         except md.PackageNotFoundError:
             pass
+    return tuple(versions)
+
+
+def library_versions(framework: str | None = None) -> dict[str, str]:
+    """Versions that matter for a result (the framework only if already imported)."""
+    versions = dict(_distribution_versions())
     if framework == "jax" and "jax" in sys.modules:
         versions["jax"] = sys.modules["jax"].__version__
     if framework == "tensorflow" and "tensorflow" in sys.modules:

@@ -189,3 +189,13 @@ def test_a_job_result_is_a_float_to_any_sweeper_and_keeps_its_outcome():
 
 def test_the_sweep_id_is_the_last_two_parts_of_the_store_dir(tmp_path):
     assert sweep_id_for(tmp_path / "multirun" / "x" / "y") == "x/y"
+
+
+def test_the_versions_read_once_per_process_are_a_fresh_copy_for_each_row():
+    from orchestrator.provenance import library_versions
+
+    first = library_versions()
+    assert first["numpy"] == md.version("numpy") and first["ray"] == md.version("ray")
+    first["numpy"] = "edited by one row"
+    assert library_versions()["numpy"] == md.version("numpy")
+    assert "tensorflow" not in library_versions("jax")  # a framework only once imported
