@@ -198,4 +198,3 @@ def test_the_versions_read_once_per_process_are_a_fresh_copy_for_each_row():
     assert first["numpy"] == md.version("numpy") and first["ray"] == md.version("ray")
     first["numpy"] = "edited by one row"
     assert library_versions()["numpy"] == md.version("numpy")
-    assert "tensorflow" not in library_versions("jax")  # a framework only once imported
