@@ -8,8 +8,9 @@ The supervisor (``orchestrator.supervisor``) moves jobs from the batch's stream 
 - while workers are still joining or warming up, a GPU takes at most its share of the batch
   (``share``, the supervisor's figure): a short sweep leaves work for the GPUs that come up late;
 - a busy GPU may take one job to run after its trial (``queue_ahead``): from its own queue, or
-  from the shared one only while at least as many jobs wait as there are GPUs, so the last jobs
-  go to whichever GPU is free first, never behind a busy one;
+  from the shared one only while at least as many jobs wait as there are live GPUs that may run
+  it, so the last jobs go to whichever GPU is free first, never behind a busy one (a job pinned
+  to this GPU alone may always wait behind its trial);
 - a job given back (sent, but its worker died or its GPU was retired before running it) goes to
   the front of its queue.
 
@@ -93,14 +94,17 @@ class JobQueue:
         """The slots, those whose GPU was sent the fewest jobs first."""
         return sorted(slots, key=lambda s: self.dealt.get(s.uuid, 0))
 
-    def take(self, slot: Slot, *, share: int | None = None, ahead_of: int = 0) -> Job | None:
+    def take(
+        self, slot: Slot, *, share: int | None = None, ahead_among: list[Slot] | None = None
+    ) -> Job | None:
         """The next job the slot's GPU runs, taken off its queue and counted (None: none now).
 
         Args:
             slot: the GPU.
             share: at most this many jobs per GPU from the shared queue (None: no limit).
-            ahead_of: the GPU is busy and the job is to run after its trial: from the shared
-                queue only while at least this many (the pool's GPUs) wait. 0: it is idle.
+            ahead_among: the GPU is busy and the job is to run after its trial; the live GPUs: a
+                shared job is taken only while at least as many jobs wait as there are of them
+                that may run it. None: the GPU is idle.
         """
         if self.every:
             queue = self.per_gpu[slot.uuid]
@@ -108,12 +112,12 @@ class JobQueue:
                 return None
             job = queue.popleft()
         else:
-            if ahead_of and len(self.shared) < ahead_of:
-                return None
             if share is not None and self.dealt.get(slot.uuid, 0) >= share:
                 return None
             job = next((j for j in self.shared if slot.runs(j)), None)
             if job is None:
+                return None
+            if ahead_among is not None and len(self.shared) < sum(s.runs(job) for s in ahead_among):
                 return None
             self.shared.remove(job)
         self.dealt[slot.uuid] = self.dealt.get(slot.uuid, 0) + 1

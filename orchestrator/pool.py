@@ -36,7 +36,7 @@ from orchestrator.admit import refuse_duplicates
 from orchestrator.errors import UserError
 from orchestrator.jobs import PER_JOB_KEYS, machine_key
 from orchestrator.pool_join import EarlyStart
-from orchestrator.ray_calls import first_line, join_ray, keeping_sigterm_handler, kill
+from orchestrator.ray_calls import cancel, first_line, join_ray, keeping_sigterm_handler, kill
 from orchestrator.slot import Call, Slot, SlotState, SlotStateError, selection_key
 from orchestrator.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker, WorkerInfo
 
@@ -107,6 +107,12 @@ class GpuPool(EarlyStart):
             return None
         return owner[0].ref
 
+    def answered(self, ref: Any) -> bool:
+        """Whether a call's answer is back (handled or not)."""
+        import ray
+
+        return bool(ray.wait([ref], timeout=0)[0])
+
     def take(self, ref: Any) -> tuple[Slot, Call] | None:
         """The slot and call an answered ref was for (None: given up); no longer in flight.
 
@@ -128,11 +134,12 @@ class GpuPool(EarlyStart):
         return slot.promote(time.monotonic() + timeout_s).job
 
     def unqueue(self, slot: Slot) -> Any:
-        """Take back the slot's queued trial, which never ran (its answer, if one comes, is
-        ignored); returns its job (None: none was queued)."""
+        """Take back the slot's queued trial, which never ran: cancelled (a worker that is held,
+        not killed, does not run it), its answer ignored; returns its job (None: none queued)."""
         queued = slot.unqueue()
         if queued is None:
             return None
+        cancel(queued.ref)
         self._inflight.pop(queued.ref, None)
         return queued.job
 
@@ -401,6 +408,9 @@ class GpuPool(EarlyStart):
         import ray
 
         if ray.is_initialized():
+            for s in self.slots:  # the workers restore their GPUs before another trial
+                if s.queued is not None:
+                    cancel(s.queued.ref)
             refs = [s.actor.close.remote() for s in self.slots if s.live]
             if refs:
                 ray.wait(refs, num_returns=len(refs), timeout=15)

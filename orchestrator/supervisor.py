@@ -201,7 +201,8 @@ class Supervisor:
         ahead = slot.state is SlotState.BUSY
         if ahead and not (self.queue_ahead and slot.may_queue):
             return
-        job = self.queue.take(slot, share=self._share(), ahead_of=len(self.pool.slots) * ahead)
+        live = [s for s in self.pool.slots if s.live] if ahead else None
+        job = self.queue.take(slot, share=self._share(), ahead_among=live)
         if job is None:
             return
         deadline = time.monotonic() + job.timeout_s
@@ -387,6 +388,9 @@ class Supervisor:
         now = time.monotonic()
         for slot in self.pool.slots:
             if slot.deadline > now:
+                continue
+            if slot.ref is not None and self.pool.answered(slot.ref):  # in time; not handled yet
+                self._on_ready(slot.ref)
                 continue
             self.pool.cancel(slot)
             if slot.state is SlotState.BUSY:

@@ -40,15 +40,25 @@ def test_a_shared_queue_deals_in_order_each_gpu_the_first_job_it_may_run():
     assert q.least_used([a, b]) == [b, a]
 
 
-def test_a_busy_gpu_queues_from_the_shared_queue_only_while_as_many_wait_as_there_are_gpus():
+def test_a_busy_gpu_queues_from_the_shared_queue_only_while_as_many_wait_as_gpus_may_run_them():
     gpus = [slot(i) for i in range(3)]
     q = JobQueue(False, [s.uuid for s in gpus])
     for i in range(4):
         q.plan(Job(f"j{i}"), gpus, {})
-    assert q.take(gpus[0], ahead_of=3).name == "j0"  # 4 wait: one may go behind a busy GPU
-    assert q.take(gpus[1], ahead_of=3).name == "j1"  # 3 wait
-    assert q.take(gpus[2], ahead_of=3) is None  # 2 wait for 3 GPUs: kept for a free one
+    assert q.take(gpus[0], ahead_among=gpus).name == "j0"  # 4 wait: one may go behind a trial
+    assert q.take(gpus[1], ahead_among=gpus).name == "j1"  # 3 wait
+    assert q.take(gpus[2], ahead_among=gpus) is None  # 2 wait for 3 GPUs: kept for a free one
     assert q.take(gpus[2]).name == "j2"  # an idle GPU takes it
+    gpus[0].retire("lost")
+    live = gpus[1:]
+    assert q.take(gpus[1], ahead_among=live) is None  # 1 waits for the 2 live GPUs
+
+
+def test_a_job_pinned_to_a_busy_gpu_alone_always_waits_behind_its_trial():
+    a, b = slot(0, "a-only"), slot(1, "b-only")
+    q = JobQueue(False, [a.uuid, b.uuid])
+    q.plan(Job("pinned-a", "a-only"), [a, b], {})  # one job for two GPUs, but only a runs it
+    assert q.take(a, ahead_among=[a, b]).name == "pinned-a"
 
 
 def test_placement_every_queues_each_job_on_each_gpu_and_ignores_the_shared_rules():
@@ -57,7 +67,7 @@ def test_placement_every_queues_each_job_on_each_gpu_and_ignores_the_shared_rule
     assert q.plan(Job("j0"), [a, b], {b.uuid: "stored"}) == {b.uuid: "stored"}
     q.plan(Job("j1"), [a, b], {})
     assert q.waiting([a.uuid, b.uuid]) == 1  # the shortest live queue
-    assert q.take(a, ahead_of=2, share=0).name == "j0"  # its own queue: no share, no tail rule
+    assert q.take(a, ahead_among=[a, b], share=0).name == "j0"  # its own queue: no rule
     assert q.take(b).name == "j1"
     assert q.take(b) is None
     assert [j.name for j in q.drain(a.uuid)] == ["j1"] and q.empty()
