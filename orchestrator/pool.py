@@ -36,7 +36,7 @@ from orchestrator.admit import refuse_duplicates
 from orchestrator.errors import UserError
 from orchestrator.jobs import PER_JOB_KEYS, machine_key
 from orchestrator.pool_join import EarlyStart
-from orchestrator.ray_calls import cancel, first_line, join_ray, keeping_sigterm_handler, kill
+from orchestrator.ray_calls import first_line, join_ray, keeping_sigterm_handler, kill
 from orchestrator.slot import Call, Slot, SlotState, SlotStateError, selection_key
 from orchestrator.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker, WorkerInfo
 
@@ -134,14 +134,28 @@ class GpuPool(EarlyStart):
         return slot.promote(time.monotonic() + timeout_s).job
 
     def unqueue(self, slot: Slot) -> Any:
-        """Take back the slot's queued trial, which never ran: cancelled (a worker that is held,
-        not killed, does not run it), its answer ignored; returns its job (None: none queued)."""
+        """Take back the slot's queued trial, which never ran: its answer is ignored, and its
+        worker, if held rather than killed, runs it not (``stop_queued``); returns its job (None:
+        none was queued)."""
         queued = slot.unqueue()
         if queued is None:
             return None
-        cancel(queued.ref)
+        self.stop_queued(slot)
         self._inflight.pop(queued.ref, None)
         return queued.job
+
+    def stop_queued(self, slot: Slot) -> None:
+        """Have the slot's worker run no further trial: Ray cannot take back a call an actor has
+        received, so the GPU is marked ``closing`` on its node's disk, which the worker reads
+        before each trial (``trial_trace.mark_closing``). Done here for this machine's workers;
+        a cluster node's worker runs its queued trial before it closes."""
+        import ray
+
+        from orchestrator.devices import journal_dir
+        from orchestrator.trial_trace import mark_closing
+
+        if ray.is_initialized() and slot.node_id == ray.get_runtime_context().get_node_id():
+            mark_closing(journal_dir(self.device), slot.uuid)
 
     def cancel(self, slot: Slot) -> None:
         """Give up the slot's call in flight (its answer, if it comes, is ignored)."""
@@ -410,7 +424,7 @@ class GpuPool(EarlyStart):
         if ray.is_initialized():
             for s in self.slots:  # the workers restore their GPUs before another trial
                 if s.queued is not None:
-                    cancel(s.queued.ref)
+                    self.stop_queued(s)
             refs = [s.actor.close.remote() for s in self.slots if s.live]
             if refs:
                 ray.wait(refs, num_returns=len(refs), timeout=15)

@@ -50,17 +50,6 @@ def keeping_sigterm_handler() -> Iterator[None]:
             signal.signal(signal.SIGTERM, handler)
 
 
-def cancel(ref: Any) -> None:
-    """Drop a call a worker has not begun: Ray runs none of it (a call it has begun runs on, and
-    its answer is ``TaskCancelledError``)."""
-    import ray
-
-    try:
-        ray.cancel(ref)
-    except Exception:  # noqa: BLE001 - already answered, or Ray is down
-        pass
-
-
 def kill(actor: Any) -> None:
     """End a worker now (SIGKILL: what it was doing is lost; its lease is freed by the OS)."""
     import ray

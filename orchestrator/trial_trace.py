@@ -15,6 +15,12 @@ The next worker on that GPU (a replacement on the same node) reads it with ``tak
 writer is dead, and reports it to the driver, which then records the dead worker's trial as a
 crash of the kernel or as not measured. Three small atomic writes a trial, none inside the
 measurement window.
+
+**Closing.** A worker may hold a trial queued behind the one it runs (``hydra.launcher.
+queue_ahead``), and Ray cannot take back a call an actor has received. A driver that stops
+(Ctrl-C, SIGTERM) marks each such GPU ``closing`` on its node's disk (``mark_closing``); the
+worker then runs no further trial, so it restores the GPU as soon as the running trial returns.
+A worker clears the mark when it takes the GPU and when it lets it go.
 """
 
 from __future__ import annotations
@@ -79,6 +85,28 @@ def end(directory: str | os.PathLike[str], uuid: str) -> None:
     """The trial returned: nothing to report if this process dies now."""
     with contextlib.suppress(FileNotFoundError):
         trace_path(directory, uuid).unlink()
+
+
+def closing_path(directory: str | os.PathLike[str], uuid: str) -> Path:
+    """The mark that says GPU ``uuid``'s worker is to run no further trial."""
+    return Path(directory) / f"{uuid}.closing"
+
+
+def mark_closing(directory: str | os.PathLike[str], uuid: str) -> None:
+    """Tell GPU ``uuid``'s worker on this node to run no further trial (the sweep stops)."""
+    path = closing_path(directory, uuid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+
+
+def closing(directory: str | os.PathLike[str], uuid: str) -> bool:
+    """Whether GPU ``uuid``'s worker is to run no further trial."""
+    return closing_path(directory, uuid).exists()
+
+
+def clear_closing(directory: str | os.PathLike[str], uuid: str) -> None:
+    """Remove the mark (a worker that takes the GPU, or lets it go)."""
+    closing_path(directory, uuid).unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:

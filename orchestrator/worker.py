@@ -42,7 +42,7 @@ from orchestrator.devices.base import DeviceIdentity
 from orchestrator.errors import DeviceLostError
 from orchestrator.jobs import PER_JOB_KEYS
 from orchestrator.journal import Journal
-from orchestrator.trial_trace import TrialTrace
+from orchestrator.trial_trace import TrialTrace, clear_closing, closing
 
 if TYPE_CHECKING:
     from orchestrator.jobs import JobSpec
@@ -287,12 +287,11 @@ class GpuWorker:
                 index or PCI bus id means this node's GPU of that number.
         """
         from orchestrator import trial_trace
-        from orchestrator.devices import journal_dir
 
         if self._lost is not None:
             raise DeviceLostError(self._lost)
         restored = self._restore_dead_owner()
-        dead_trace = trial_trace.take_trace(journal_dir(self._cfg), self.uuid)
+        dead_trace = trial_trace.take_trace(self._journal(), self.uuid)
         selected, select_errors = self._selected(selections)
         sim = self._cfg.get("backend") == "sim"
         return WorkerInfo(
@@ -336,7 +335,6 @@ class GpuWorker:
         Returns:
             One entry per job: None, or the one-line reason it is refused on this GPU.
         """
-        from orchestrator.devices import journal_dir
         from orchestrator.errors import UserError
         from orchestrator.guard import SettingsGuard
         from orchestrator.jobs import settings_request
@@ -345,7 +343,7 @@ class GpuWorker:
         guards: dict[tuple[Any, bool], SettingsGuard] = {}
         errors: list[str | None] = []
         name = self._device.identity.name
-        journal = Journal(journal_dir(self._cfg))
+        journal = Journal(self._journal())
         for d in device_cfgs:
             key = (d.get("policy_file"), bool(d.get("observe_only")))
             try:
@@ -388,6 +386,7 @@ class GpuWorker:
                     return AcquireReply(ok=False, error=error)
                 time.sleep(delay_s)
                 delay_s = min(delay_s * 1.5, 1.0)
+        clear_closing(self._journal(), self.uuid)  # an earlier sweep's mark
         return AcquireReply(ok=True, waited_s=time.monotonic() - t0, restored=tuple(restored))
 
     def warm(self, frameworks: tuple[str, ...] = ()) -> float:
@@ -402,10 +401,9 @@ class GpuWorker:
 
     def _restore_dead_owner(self) -> list[str]:
         """Restore this GPU's journal entry if its owner is dead (a killed earlier worker)."""
-        from orchestrator.devices import journal_dir
         from orchestrator.journal import restore_journal
 
-        journal = _OneGpuJournal(journal_dir(self._cfg), self.uuid)
+        journal = _OneGpuJournal(self._journal(), self.uuid)
         actions = restore_journal(journal, lambda uuid: self._backend.device(uuid=uuid))
         return [a.describe() for a in actions if not a.skipped_reason]
 
@@ -425,18 +423,18 @@ class GpuWorker:
             attempt: which attempt at the trial this is (stamped on every row).
         """
         from orchestrator import inject, trial_trace
-        from orchestrator.devices import journal_dir
         from orchestrator.trial import run_trial
 
         if self._ctx is None:
             raise RuntimeError("GpuWorker.run before acquire")
-        ctx = self._ctx
+        ctx, where = self._ctx, self._journal()
+        if closing(where, self.uuid):  # a queued trial of a sweep that stopped
+            return TrialReply(unhealthy="not run: the sweep is stopping", pid=os.getpid())
         before = ctx.device.health()
         if not before.ok:
             return TrialReply(unhealthy=before.reason, pid=os.getpid())
         ctx.sweep_id = sweep_id
         workload = job.workload_name
-        where = journal_dir(self._cfg)
         trace = trial_trace.begin(where, self.uuid, job.trial_key(self.uuid))
         ctx.on_kernel_calls = lambda: trial_trace.kernel_calls(where, self.uuid, trace)
         inject.arm(job.config.device.inject, ctx.device, sweep_id=sweep_id, workload=workload)
@@ -462,6 +460,12 @@ class GpuWorker:
             trials=self._trials,
         )
 
+    def _journal(self) -> Any:
+        """This node's journal directory: the guard's journal, trial traces, closing marks."""
+        from orchestrator.devices import journal_dir
+
+        return journal_dir(self._cfg)
+
     def close(self) -> None:
         """Restore the GPU and release its lease (the process may then be killed)."""
         session, self._session, self._ctx = self._session, None, None
@@ -470,6 +474,7 @@ class GpuWorker:
                 session.close()
             finally:
                 self._backend.close()
+                clear_closing(self._journal(), self.uuid)
 
 
 class _Attrs:

@@ -211,6 +211,53 @@ def test_a_trial_queued_behind_a_hung_one_never_ran_and_is_sent_to_the_new_worke
     assert after["attempt"] == 1  # its first run: the queued call never ran
 
 
+def test_an_interrupted_sweep_restores_each_gpu_after_its_running_trial_not_the_queued_one(
+    sim4, tmp_path
+):
+    """Ctrl-C: every worker restores its GPU as soon as the trial it runs returns; the trial
+    queued behind it is cancelled, never run (here it would wait 60 s, past the pool's 15 s wait
+    for its workers to close)."""
+    import _thread
+
+    from orchestrator import inject
+    from orchestrator.trial_trace import mark_closing
+
+    journal = sim4 / "journal"
+    common = ("hydra.launcher.placement=every", "workload=selu,gemm", "seed=18")
+    # every worker up and both kernels built first: the interrupt then finds selu running
+    assert sweep(*common, "device.sm_clock_mhz=1140", f"hydra.sweep.dir={tmp_path / 'warm'}") == 0
+    assert not list(journal.glob("*.trace"))
+    for uuid in uuids_in_pci_order(sim4):  # each GPU's first kernel call (selu's) hangs 5 s
+        inject.schedule(sim4, uuid, {"hang_s": 5})
+    interrupted_at = []
+
+    def interrupt_while_the_first_trials_run():
+        deadline = time.monotonic() + 120
+        while not list(journal.glob("*.trace")) and time.monotonic() < deadline:
+            time.sleep(0.05)  # a worker's trace: its trial began, and one is queued behind it
+        time.sleep(0.5)
+        interrupted_at.append(time.monotonic())
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt_while_the_first_trials_run, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        sweep(
+            *common,  # selu runs first on every GPU, gemm waits behind it
+            "device.sm_clock_mhz=1065",
+            "device.inject={pause_s:60,workload:gemm,times:null}",
+            f"hydra.sweep.dir={tmp_path / 'interrupted'}",
+        )
+        time.sleep(120)  # not reached: the interrupt comes while the sweep runs
+    assert time.monotonic() - interrupted_at[0] < 12
+    assert not list(journal.glob("*.trace"))  # no trial was cut short: gemm never began
+    assert all(sim_gpu(sim4, i)["locked_sm_mhz"] is None for i in range(4))
+    assert not list(journal.glob("*.json")) and not list(journal.glob("*.closing"))
+    # a mark some stopped sweep left behind (its worker killed first) holds no later sweep back
+    mark_closing(journal, uuids_in_pci_order(sim4)[0])
+    assert sweep(*common, "device.sm_clock_mhz=1215", f"hydra.sweep.dir={tmp_path / 'after'}") == 0
+    assert {r["status"] for r in stored(tmp_path / "after")} == {"ok"}
+
+
 def test_a_grid_longer_than_a_chunk_streams_and_two_reruns_store_each_job_once(
     sim4, tmp_path, capsys
 ):
