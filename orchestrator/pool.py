@@ -134,8 +134,8 @@ class GpuPool(EarlyStart):
         return slot.promote(time.monotonic() + timeout_s).job
 
     def unqueue(self, slot: Slot) -> Any:
-        """Take back the slot's queued trial, which never ran: its answer is ignored, and its
-        worker, if held rather than killed, runs it not (``stop_queued``); returns its job (None:
+        """Take back the slot's queued trial, which never ran: its answer is ignored, and a
+        worker held rather than killed does not run it (``stop_queued``); returns its job (None:
         none was queued)."""
         queued = slot.unqueue()
         if queued is None:

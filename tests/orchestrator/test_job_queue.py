@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.devices.base import DeviceIdentity
+from support import sim_slot
+
 from orchestrator.job_queue import JobQueue
 from orchestrator.slot import Slot, selection_key
-from orchestrator.worker import WorkerInfo
 
 ALL = selection_key(None)  # device.gpus unset: every GPU
 
@@ -19,11 +19,7 @@ class Job:
 
 
 def slot(index: int, *selections: str) -> Slot:
-    uuid = f"GPU-{index}"
-    identity = DeviceIdentity(index, uuid, f"00000000:0{index}:00.0", "A100", "ampere", "550",
-                              "sim")
-    return Slot(WorkerInfo(uuid, identity, str(index), None, "host", 100 + index), actor=None,
-                selections={ALL, *selections})
+    return sim_slot(index, {ALL, *selections})
 
 
 def test_a_shared_queue_deals_in_order_each_gpu_the_first_job_it_may_run():

@@ -161,12 +161,11 @@ def test_worker_module_imports_neither_ray_nor_a_framework():
 
 
 def _busy_slot():
-    from orchestrator.devices.base import DeviceIdentity
-    from orchestrator.slot import Call, Slot
-    from orchestrator.worker import WorkerInfo
+    from support import sim_slot
 
-    identity = DeviceIdentity(0, "GPU-a", "00000000:07:00.0", "A100", "ampere", "550", "sim")
-    slot = Slot(WorkerInfo("GPU-a", identity, "0", None, "host", 1), actor="worker")
+    from orchestrator.slot import Call
+
+    slot = sim_slot(0, actor="worker")
     slot.begin(Call.ACQUIRE, "acquire-ref")
     slot.end_call()
     slot.begin(Call.WARM, "warm-ref")
