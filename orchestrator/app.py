@@ -33,6 +33,7 @@ def run_sweep(argv: list[str]) -> int:
     """Run ``dvfs sweep`` with Hydra's command line; returns the exit code."""
     import hydra
 
+    from orchestrator import interrupt
     from orchestrator.sweep_lock import release_sweep_dirs
 
     register_configs()
@@ -44,24 +45,26 @@ def run_sweep(argv: list[str]) -> int:
     def job(cfg: Any) -> JobResult:
         return task(cfg, session)
 
-    try:
-        hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(job)()
-    except SystemExit as e:
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except Exception as e:  # noqa: BLE001 - converted to a one-line message or re-raised
-        from orchestrator import interrupt
-
-        if interrupt.terminated():  # SIGTERM, turned into some other error on its way up
-            raise KeyboardInterrupt("SIGTERM") from e
-        err = hydra_user_error(e) or (e if isinstance(e, DvfsError) else None)
-        if err is None:
-            raise
-        print(f"dvfs sweep: error: {err}", file=sys.stderr)
-        return getattr(err, "exit_code", 1)
-    finally:
-        sys.argv = saved
-        session.close()
-        release_sweep_dirs()
+    with interrupt.handling():  # the CLI's, or ours when called as a function
+        try:
+            hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(job)()
+            interrupt.check()  # a signal whose KeyboardInterrupt Python dropped
+        except SystemExit as e:
+            if (stop := interrupt.stopped()) is not None:  # a signal, turned into Hydra's exit
+                raise stop from e
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except Exception as e:  # noqa: BLE001 - converted to a one-line message or re-raised
+            if (stop := interrupt.stopped()) is not None:  # a signal, turned into another error
+                raise stop from e
+            err = hydra_user_error(e) or (e if isinstance(e, DvfsError) else None)
+            if err is None:
+                raise
+            print(f"dvfs sweep: error: {err}", file=sys.stderr)
+            return getattr(err, "exit_code", 1)
+        finally:
+            sys.argv = saved
+            session.close()
+            release_sweep_dirs()
     return 0
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -57,30 +56,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from orchestrator import interrupt
 
-    previous = interrupt.install()
-    try:
-        code = commands[command](rest)
-        interrupt.check()  # a SIGTERM whose KeyboardInterrupt Python dropped near the end
-        return code
-    except DvfsError as e:
-        if interrupt.terminated():  # SIGTERM mid-way, come out as another error
+    with interrupt.handling():
+        try:
+            code = commands[command](rest)
+            interrupt.check()  # a signal whose KeyboardInterrupt Python dropped near the end
+            return code
+        except DvfsError as e:
+            if interrupt.received():  # a signal mid-way, come out as another error
+                return _interrupted(command)
+            print(f"dvfs {command}: error: {e}", file=sys.stderr)
+            return getattr(e, "exit_code", 1)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
             return _interrupted(command)
-        print(f"dvfs {command}: error: {e}", file=sys.stderr)
-        return getattr(e, "exit_code", 1)
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
-        return _interrupted(command)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _interrupted(command: str) -> int:
-    """The one line and exit code (130, or 143 for SIGTERM) of an interrupted command."""
+    """The one line and exit code (130 for Ctrl-C, 143 for SIGTERM) of an interrupted command:
+    what was stopped and what was kept."""
     from orchestrator import interrupt
 
-    how = "terminated (SIGTERM)" if interrupt.terminated() else "interrupted"
-    resume = "; every trial stored so far is kept: run the same command again to resume"
-    print(f"dvfs {command}: {how}" + (resume if command == "sweep" else ""), file=sys.stderr)
-    return 128 + signal.SIGTERM if interrupt.terminated() else 130
+    how = "terminated (SIGTERM)" if interrupt.terminated() else "interrupted (Ctrl-C)"
+    what = {
+        "sweep": "; the trials in flight were stopped and not stored; every trial stored so "
+        "far is kept: run the same command again to resume",
+        "restore": "; run it again to finish putting the GPUs back (the journal still lists them)",
+    }
+    print(f"dvfs {command}: {how}{what.get(command, '')}", file=sys.stderr)
+    return interrupt.exit_code()
 
 
 # --- sweep ------------------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,3 +23,59 @@ def sim_slot(index: int, selections: set[str] | None = None, actor: object = Non
                               "sim")
     info = WorkerInfo(uuid, identity, str(index), None, "host", 100 + index)
     return Slot(info, actor=actor, selections=selections)
+
+
+class GcSignal:
+    """Deliver a signal inside a garbage-collector callback of the main thread, where it landed
+    in JAX's ``_xla_gc_callback``: the handler's KeyboardInterrupt is raised there and Python
+    drops it ("Exception ignored"). ``arm()`` (from any thread) makes the next collection in the
+    main thread send it; until then collections pass by. A driver waiting in ``ray.wait`` frees
+    what it allocates and may not collect for minutes, so an armed one collects at every
+    allocation until it has sent the signal."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.sent: list[int] = []
+        self._armed = False
+        self._threshold = None
+
+    def arm(self) -> None:
+        """Send the signal at the main thread's next collection (made to come at once)."""
+        import gc
+
+        self._armed = True
+        self._threshold = gc.get_threshold()
+        gc.set_threshold(1)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        import os
+        import threading
+
+        if phase != "start" or threading.current_thread() is not threading.main_thread():
+            return  # signals are handled in the main thread only
+        if self.sent or not self._armed:
+            return
+        self.sent.append(self.signum)
+        self._disarm()
+        os.kill(os.getpid(), self.signum)  # handled at the callback's next instruction: dropped
+
+    def _disarm(self) -> None:
+        import gc
+
+        if self._threshold is not None:
+            gc.set_threshold(*self._threshold)
+            self._threshold = None
+
+
+@contextlib.contextmanager
+def signal_in_a_gc_callback(signum: int) -> Iterator[GcSignal]:
+    """A ``GcSignal`` whose callback is installed for the block (``arm`` it to send)."""
+    import gc
+
+    sender = GcSignal(signum)
+    gc.callbacks.append(sender._callback)
+    try:
+        yield sender
+    finally:
+        gc.callbacks.remove(sender._callback)
+        sender._disarm()

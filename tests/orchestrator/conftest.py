@@ -23,12 +23,13 @@ def kernel_cache():
 
 @pytest.fixture
 def run(tmp_path):
-    """run(*overrides, before=None, kernels=None) -> (rows, ctx) of one trial on a simulated A100
-    (one machine per test; ``before(device)`` runs first, e.g. to idle the GPU into another counter
-    phase; ``kernels`` replaces the module's kernel cache)."""
+    """run(*overrides, before=None, kernels=None, on_kernel_calls=None) -> (rows, ctx) of one
+    trial on a simulated A100 (one machine per test; ``before(device)`` runs first, e.g. to idle
+    the GPU into another counter phase; ``kernels`` replaces the module's kernel cache;
+    ``on_kernel_calls()`` runs inside the trial, its settings applied, before its first call)."""
     opened = []
 
-    def _run(*overrides: str, before=None, kernels=None):
+    def _run(*overrides: str, before=None, kernels=None, on_kernel_calls=None):
         while opened:  # one guard per GPU at a time, as in a worker
             backend, guard = opened.pop()
             guard.close()
@@ -46,6 +47,7 @@ def run(tmp_path):
         guard = SettingsGuard(device, Journal(journal_dir(cfg.device))).__enter__()
         opened.append((backend, guard))
         ctx = TrialContext(device=device, guard=guard, kernels=kernels or KERNELS, sweep_id="test")
+        ctx.on_kernel_calls = on_kernel_calls
         if before is not None:
             before(device)
         rows = run_trial(ctx, JobSpec.from_config(cfg))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support import signal_in_a_gc_callback
 
 from orchestrator.config import compose
 from orchestrator.jobs import JobSpec
@@ -76,35 +77,47 @@ def test_repeats_give_one_row_each_with_the_same_key(run):
     assert objective(rows, "edp") > 0
 
 
-def _sigterm_inside_a_gc_callback() -> None:
-    """Deliver SIGTERM while a garbage-collector callback runs (as JAX's ``_xla_gc_callback``
-    did when it was seen): the handler's KeyboardInterrupt is raised there, and Python prints
-    "Exception ignored" and goes on."""
+def _signal_inside_a_gc_callback(signum) -> None:
     import gc
-    import os
-    import signal
 
-    def callback(phase, info):
-        if phase == "start":
-            gc.callbacks.remove(callback)
-            os.kill(os.getpid(), signal.SIGTERM)  # handled at the callback's next instruction
-
-    gc.callbacks.append(callback)
-    gc.collect()
+    with signal_in_a_gc_callback(signum) as gc_signal:
+        gc_signal.arm()
+        gc.collect()
+    assert gc_signal.sent == [signum]
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop itself
-def test_a_sigterm_whose_interrupt_python_dropped_still_stops_the_trial(run):
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_signal_whose_interrupt_python_dropped_still_stops_the_trial(run, name):
     import signal
 
     from orchestrator import interrupt
 
-    previous = interrupt.install()
-    try:
-        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
-            run("device.sm_clock_mhz=1065", before=lambda device: _sigterm_inside_a_gc_callback())
-        assert interrupt.terminated()
-    finally:
-        interrupt.install()  # a new command: the SIGTERM is forgotten
-        signal.signal(signal.SIGTERM, previous)
-    assert not interrupt.terminated()
+    signum = getattr(signal, name)
+    with interrupt.handling():
+        with pytest.raises(KeyboardInterrupt, match=name):
+            run("device.sm_clock_mhz=1065", before=lambda _: _signal_inside_a_gc_callback(signum))
+        assert interrupt.received() == signum
+    with interrupt.handling():  # a new command: the signal is forgotten
+        assert interrupt.received() is None
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop itself
+def test_a_ctrl_c_dropped_mid_window_after_the_guard_put_the_gpu_back_stores_no_row(run):
+    """Ctrl-C inside the window, in a gc callback: the guard's handler puts the GPU back at once
+    (mid-window), then the KeyboardInterrupt is dropped. The trial must not return rows measured
+    partly at the default clock."""
+    import signal
+
+    from orchestrator import interrupt
+
+    calls = []
+
+    def ctrl_c_on_the_first_call():
+        calls.append(1)
+        _signal_inside_a_gc_callback(signal.SIGINT)
+
+    with interrupt.handling():
+        with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+            run("device.sm_clock_mhz=1065", on_kernel_calls=ctrl_c_on_the_first_call)
+    assert calls == [1]
