@@ -8,6 +8,7 @@ so that the launcher's failure handling can be exercised on the sim::
     device.inject={raise_error: boom}                       # a kernel that raised (-> `crash`)
     device.inject={lose_gpu: true, at_call: 3, gpu: 2}      # GPU 2 falls off the bus (-> retired)
     device.inject={pause_s: 60, gpu: 1}                     # a minute before the first call
+    device.inject={slow_s: 0.02, times: null}               # every call 20 ms slower
 
 Keys:
 
@@ -22,7 +23,10 @@ Keys:
   :class:`InjectedFault` with this message), ``lose_gpu`` (the simulated GPU falls off the bus
   inside the call: NVML answers ``GPU_IS_LOST`` until it is brought back) or ``pause_s`` (the
   trial waits this many seconds before its first kernel call, as a slow compile would: a window
-  in which a worker killed from outside has measured nothing; ``at_call`` does not apply).
+  in which a worker killed from outside has measured nothing; ``at_call`` does not apply) or
+  ``slow_s`` (every kernel call of the trial sleeps this long: a trial that lasts seconds to
+  minutes of wall time, as on a real GPU, where the sim's virtual clock makes it short;
+  ``at_call`` does not apply).
 
 **Scheduled faults** (``schedule``): a chaos run, from its own process and at a moment of its
 choosing, drops one action for one GPU into the simulated machine's state directory; the next
@@ -47,7 +51,7 @@ from typing import Any
 
 from orchestrator.errors import UserError
 
-ACTIONS = ("hang_s", "exit_process", "raise_error", "lose_gpu", "pause_s")
+ACTIONS = ("hang_s", "exit_process", "raise_error", "lose_gpu", "pause_s", "slow_s")
 KEYS = ("at_call", "gpu", "workload", "times", *ACTIONS)
 SIM_STATE_ENV = "DVFS_SIM_STATE_DIR"  # as orchestrator.devices.SIM_STATE_ENV (no import: floor 1)
 
@@ -102,7 +106,7 @@ def validate(spec: Any, backend: str) -> dict[str, Any] | None:
     times = spec.get("times", 1)
     if times is not None and (not isinstance(times, int) or times < 1):
         raise UserError(f"device.inject.times={times!r} must be 1 or more, or null (every trial)")
-    for key in ("hang_s", "pause_s"):
+    for key in ("hang_s", "pause_s", "slow_s"):
         if spec.get(key) is not None and not float(spec[key]) > 0:
             raise UserError(f"device.inject.{key}={spec[key]} must be greater than 0")
     return spec
@@ -158,6 +162,11 @@ def on_kernel_call(device: Any) -> None:
     if plan is None:
         return
     plan.calls += 1
+    if plan.spec.get("slow_s") is not None:  # every call of the trial, counted at its first
+        if plan.calls == 1:
+            _record_fired(plan.counter)
+        time.sleep(float(plan.spec["slow_s"]))
+        return
     if plan.calls != plan.at_call:
         return
     _armed.pop(ident.uuid, None)
@@ -195,8 +204,8 @@ def schedule(state_dir: str | os.PathLike[str], uuid: str, spec: dict[str, Any])
         UserError: not exactly one action, or another key.
     """
     spec = validate(dict(spec), "sim") or {}
-    extra = sorted(set(spec) - set(ACTIONS) | ({"pause_s"} & set(spec)))
-    if extra:  # pause_s comes before a trial's first call; a scheduled fault fires in one
+    extra = sorted(set(spec) - set(ACTIONS) | ({"pause_s", "slow_s"} & set(spec)))
+    if extra:  # pause_s and slow_s belong to a trial; a scheduled fault fires in one call
         raise UserError(f"a scheduled fault is one action; {', '.join(extra)} do not apply")
     path = _scheduled_path(Path(state_dir), uuid)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,10 +28,12 @@ import atexit
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator import interrupt
 from orchestrator.admit import refuse_duplicates
 from orchestrator.errors import UserError
 from orchestrator.jobs import PER_JOB_KEYS, machine_key
@@ -43,6 +45,7 @@ from orchestrator.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker, WorkerInfo
 log = logging.getLogger(__name__)
 
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine, loopback mode
+CLOSE_WAIT_S = 15.0  # how long a closing pool waits for its workers to put their GPUs back
 
 
 class GpuPool(EarlyStart):
@@ -145,10 +148,13 @@ class GpuPool(EarlyStart):
         return queued.job
 
     def stop_queued(self, slot: Slot) -> None:
-        """Have the slot's worker run no further trial: Ray cannot take back a call an actor has
-        received, so the GPU is marked ``closing`` on its node's disk, which the worker reads
-        before each trial (``trial_trace.mark_closing``). Done here for this machine's workers;
-        a cluster node's worker runs its queued trial before it closes."""
+        """Have the slot's worker run no further trial, and stop the one it runs at its next
+        chunk of kernel calls: Ray cannot take back a call an actor has received, nor interrupt
+        a synchronous actor's running call (``ray.cancel`` only marks its answer cancelled), so
+        the GPU is marked ``closing`` on its node's disk, which the worker reads before each
+        trial and, while one runs, every 50 ms at most (``trial_trace.mark_closing``,
+        ``interrupt.watch``). Done here for this machine's workers; a cluster node's worker runs
+        its trials to their end before it closes."""
         import ray
 
         from orchestrator.devices import journal_dir
@@ -196,7 +202,7 @@ class GpuPool(EarlyStart):
         if ray.is_initialized():
             return
         quiet = {"log_to_driver": self.settings.log_to_driver, "logging_level": logging.WARNING}
-        with keeping_sigterm_handler():
+        with keeping_sigterm_handler(), interrupt.deferred():  # Ctrl-C: once Ray is up
             self._init_ray(quiet)
         self.started_ray = True
 
@@ -422,12 +428,16 @@ class GpuPool(EarlyStart):
         import ray
 
         if ray.is_initialized():
-            for s in self.slots:  # the workers restore their GPUs before another trial
-                if s.queued is not None:
+            for s in self.slots:  # stop the running trials, start no queued one
+                if s.state is SlotState.BUSY or s.queued is not None:
                     self.stop_queued(s)
-            refs = [s.actor.close.remote() for s in self.slots if s.live]
+            refs = {s.actor.close.remote(): s for s in self.slots if s.live}
             if refs:
-                ray.wait(refs, num_returns=len(refs), timeout=15)
+                _, late = ray.wait(list(refs), num_returns=len(refs), timeout=CLOSE_WAIT_S)
+                for ref in late:
+                    print(f"ray_gpus: {refs[ref].label}'s worker did not close within "
+                          f"{CLOSE_WAIT_S:g} s and was killed: its GPU may still be set; "
+                          f"`dvfs restore` (or the next sweep) puts it back", file=sys.stderr)
             for s in self.slots:
                 for actor in [s.actor, *s.parked]:
                     kill(actor)

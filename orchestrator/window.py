@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from orchestrator import inject
+from orchestrator import inject, interrupt
 from orchestrator.devices.base import Device, Fault, KernelWork
 from orchestrator.meter import EnergyMeter, Measurement
 
@@ -176,7 +176,8 @@ class KernelCalls:
         return fault
 
     def run(self, count: int, recorder: _Recorder | None = None) -> None:
-        """Queue ``count`` calls, then wait for the device once."""
+        """Queue ``count`` calls, then wait for the device once (and see whether to stop:
+        ``interrupt.check``, a flag, or a throttled look at a worker's closing mark)."""
         last = None
         for _ in range(count):
             inject.on_kernel_call(self.device)  # test and chaos only (orchestrator/inject.py)
@@ -187,6 +188,7 @@ class KernelCalls:
                 last = recorder.dispatch(self._account)
         if last is not None:
             self.kernel.sync(last)
+        interrupt.check()  # a dropped Ctrl-C, or a stopping driver: stop at a chunk's end
 
 
 def _chunk(per_call_s: float, window_s: float, left: int) -> int:

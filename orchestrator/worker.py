@@ -25,9 +25,7 @@ cluster has its own simulated GPUs, as each real node has its own GPUs.
 **Lifecycle.** ``identify`` (cheap; no lease) -> ``check`` (every job's settings against this GPU's
 policy and support, changing nothing) -> ``acquire`` (restore what a killed predecessor left
 changed, then take the GPU's lease, waiting while another sweep holds it) -> ``warm`` (import the
-frameworks) -> ``run`` (one trial, ``trial.run_trial``) ... -> ``close``.
-
-This module imports neither Ray nor a framework at import time.
+frameworks) -> ``run`` (one trial) ... -> ``close``. No Ray nor framework import at import time.
 """
 
 from __future__ import annotations
@@ -55,7 +53,7 @@ WORKER_ENV = {
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
 SIM_STATE_ENV = "DVFS_SIM_STATE_DIR"
-
+STOPPING = "not run: the sweep is stopping"  # a reply to a driver that marked the GPU closing
 
 # --- what a worker answers --------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -415,33 +413,36 @@ class GpuWorker:
         A GPU that is already unhealthy (``Device.health``) runs nothing: the reply has no rows
         and says why (``unhealthy``), so that the supervisor retires the GPU and gives the job
         to another one. ``unhealthy`` beside rows means the GPU failed during this trial. While
-        the trial runs, the worker keeps its trace on the node (``orchestrator.trial_trace``).
+        the trial runs, the worker keeps its trace on the node (``orchestrator.trial_trace``);
+        a stopping driver marks the GPU closing, and the trial stops at its next chunk of calls.
 
         Args:
             job: the validated job (sent as is: a ``JobSpec`` pickles).
             sweep_id: stamped on every row.
             attempt: which attempt at the trial this is (stamped on every row).
         """
-        from orchestrator import inject, trial_trace
+        from orchestrator import inject, interrupt, trial_trace
         from orchestrator.trial import run_trial
 
         if self._ctx is None:
             raise RuntimeError("GpuWorker.run before acquire")
         ctx, where = self._ctx, self._journal()
         if closing(where, self.uuid):  # a queued trial of a sweep that stopped
-            return TrialReply(unhealthy="not run: the sweep is stopping", pid=os.getpid())
+            return TrialReply(unhealthy=STOPPING, pid=os.getpid())
         before = ctx.device.health()
         if not before.ok:
             return TrialReply(unhealthy=before.reason, pid=os.getpid())
         ctx.sweep_id = sweep_id
-        workload = job.workload_name
         trace = trial_trace.begin(where, self.uuid, job.trial_key(self.uuid))
         ctx.on_kernel_calls = lambda: trial_trace.kernel_calls(where, self.uuid, trace)
-        inject.arm(job.config.device.inject, ctx.device, sweep_id=sweep_id, workload=workload)
-        started_at = time.time()
-        t0 = time.perf_counter()
+        inject.arm(job.config.device.inject, ctx.device, sweep_id=sweep_id,
+                   workload=job.workload_name)
+        started_at, t0 = time.time(), time.perf_counter()
         try:
-            rows = run_trial(ctx, job, attempt=attempt)
+            with interrupt.watch(lambda: STOPPING if closing(where, self.uuid) else None):
+                rows = run_trial(ctx, job, attempt=attempt)
+        except KeyboardInterrupt:  # its driver stops: the GPU was put back, nothing is kept
+            return TrialReply(unhealthy=STOPPING, pid=os.getpid())
         finally:
             inject.disarm(ctx.device)
             ctx.on_kernel_calls = None
