@@ -12,6 +12,8 @@ kind           what happens
 ============== ==============================================================================
 driver_sigkill ``kill -9`` of the ``dvfs sweep`` process (sometimes while its workers start)
 driver_sigterm ``kill -TERM`` of it: it must restore every GPU itself and exit 143
+driver_sigint  Ctrl-C, as a terminal sends it (SIGINT to the driver's process group): it must
+               restore every GPU itself and exit 130 within ``STOP_BOUND_S``
 worker_sigkill ``kill -9`` of one GPU's worker actor (busy if one is)
 worker_idle    ``kill -9`` of a worker while no kernel call of a trial runs (it is stopped with
                SIGSTOP, its trace read, and killed only if it shows no kernel call under way):
@@ -80,6 +82,7 @@ DVFS = [sys.executable, "-m", "orchestrator.cli"]
 KINDS = (
     "driver_sigkill",
     "driver_sigterm",
+    "driver_sigint",
     "worker_sigkill",
     "worker_idle",
     "kernel_hang",
@@ -112,6 +115,9 @@ MAIN_CLOCKS = tuple(range(960, 1411, 15))
 MIN_LEFT = 16  # a fault strikes a sweep with at least this many jobs left (else the next one)
 SIDE_WORKLOADS = ("stencil",)
 SIDE_CLOCKS = (1005, 1110, 1215, 1320)
+# A stopped sweep's workers stop their trials at the next chunk of kernel calls, put their GPUs
+# back and close; the driver waits 15 s for them (orchestrator.pool.CLOSE_WAIT_S), then Ray ends.
+STOP_BOUND_S = 20.0
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -390,15 +396,21 @@ def last_line(text: str) -> str:
 
 
 # --- the faults -------------------------------------------------------------------------------
-def _signal_driver(run: ChaosRun, sig: int, ok: Callable[[dict[str, Any], Driver], bool]
-                   ) -> dict[str, Any]:
+def _signal_driver(run: ChaosRun, sig: int, ok: Callable[[dict[str, Any], Driver], bool],
+                   group: bool = False) -> dict[str, Any]:
+    """Send ``sig`` to the driver (``group``: to its process group, as a terminal's Ctrl-C),
+    time how long it takes to exit (``stop_s``), then recover."""
     d = run.driver
     if not d.alive():
         return {"missed": "the sweep had just ended"}
     pids = descendants(d.pid)
-    os.kill(d.pid, sig)
-    rec = run.recover(d, pids)
-    return {"target": f"driver pid {d.pid}", **rec, "ok": ok(rec, d)}
+    t0 = time.monotonic()
+    (os.killpg if group else os.kill)(d.pid, sig)
+    exited = d.wait(120) is not None
+    stop_s = round(time.monotonic() - t0, 2) if exited else None
+    rec = {**run.recover(d, pids), "stop_s": stop_s}
+    return {"target": f"driver pid {d.pid}{' and its group' if group else ''}", **rec,
+            "ok": ok(rec, d)}
 
 
 def fault_driver_sigkill(run: ChaosRun) -> dict[str, Any]:
@@ -411,6 +423,17 @@ def fault_driver_sigterm(run: ChaosRun) -> dict[str, Any]:
     return _signal_driver(run, signal.SIGTERM, lambda rec, d: (
         rec["driver_rc"] == 128 + signal.SIGTERM and "terminated (SIGTERM)" in d.stderr()
         and rec["journal_left_by_driver"] == 0))
+
+
+def fault_driver_sigint(run: ChaosRun) -> dict[str, Any]:
+    """Ctrl-C in the driver's terminal: SIGINT to its process group (its Ray processes share it;
+    Ray starts each worker in a group of its own). It must put every GPU back itself (no
+    journal entry before `dvfs restore` runs), say so in one line and exit 130, within
+    ``STOP_BOUND_S``."""
+    return _signal_driver(run, signal.SIGINT, lambda rec, d: (
+        rec["driver_rc"] == 130 and "interrupted (Ctrl-C)" in d.stderr()
+        and rec["journal_left_by_driver"] == 0 and rec["stop_s"] is not None
+        and rec["stop_s"] <= STOP_BOUND_S), group=True)
 
 
 def fault_worker_sigkill(run: ChaosRun) -> dict[str, Any]:
@@ -573,6 +596,7 @@ def fault_two_sweeps(run: ChaosRun) -> dict[str, Any]:
 FAULTS: dict[str, Callable[[ChaosRun], dict[str, Any]]] = {
     "driver_sigkill": fault_driver_sigkill,
     "driver_sigterm": fault_driver_sigterm,
+    "driver_sigint": fault_driver_sigint,
     "worker_sigkill": fault_worker_sigkill,
     "worker_idle": fault_worker_idle,
     "kernel_hang": fault_kernel_hang,
@@ -581,7 +605,7 @@ FAULTS: dict[str, Callable[[ChaosRun], dict[str, Any]]] = {
     "disk_full": fault_disk_full,
     "two_sweeps": fault_two_sweeps,
 }
-EARLY = ("driver_sigkill", "driver_sigterm")  # may strike while the workers start
+EARLY = ("driver_sigkill", "driver_sigterm", "driver_sigint")  # may strike while workers start
 # Strikes once the driver holds its directory: a second `dvfs sweep` takes ~30 s to get as far on 2
 # cores the workers keep busy, longer than what is left of a sweep once its trials flow.
 CLAIMED = ("two_sweeps",)
@@ -657,6 +681,8 @@ def ledger(run: ChaosRun) -> dict[str, Any]:
         "processes_left": len(processes_left(run)),
         "orphans_killed": run.orphans_killed,
         "kinds_not_run": run.not_run,
+        "stop_s_by_kind": {k: [f.get("stop_s") for f in run.faults if f["kind"] == k]
+                           for k in ("driver_sigterm", "driver_sigint") if failing_kinds[k]},
     }
     met = (totals["lost"] == 0 and totals["duplicated"] == 0 and totals["unexpected"] == 0
            and totals["not_measured_open"] == 0 and not totals["unexplained_failed_rows"]
@@ -688,6 +714,10 @@ def summary(result: dict[str, Any]) -> str:
         f"  faults without their effect: {len(t['faults_without_effect'])} "
         f"{' '.join(t['faults_without_effect'])}".rstrip(),
     ]
+    stops = t.get("stop_s_by_kind") or {}
+    for kind, times in sorted(stops.items()):
+        shown = ", ".join("?" if x is None else f"{x:.1f}" for x in times)
+        lines.append(f"  {kind}: exited {shown} s after the signal")
     if t["kinds_not_run"]:
         lines.append(f"  not run: {t['kinds_not_run']}")
     lines.append(f"  targets {'met' if result['targets_met'] else 'NOT met'}")

@@ -1,4 +1,4 @@
-"""``scripts/chaos.py`` in its short form: 10 faults, each of 9 kinds at least once, on 4 sim GPUs.
+"""``scripts/chaos.py`` in its short form: 10 faults, each of 10 kinds once, on 4 sim GPUs.
 
 One chaos run (a few minutes) serves the module: each fault kind has its own test of what that
 fault must leave behind (its rows, the GPUs' settings, the journal), one test reads what the run
@@ -102,7 +102,7 @@ def test_the_run_meets_every_target_and_says_so(chaos):
     t = chaos["totals"]
     assert chaos["returncode"] == 0, chaos["stdout"][-3000:]
     assert chaos["targets_met"] is True
-    assert t["faults"] == FAULTS and len(t["faults_by_kind"]) + len(t["kinds_not_run"]) == 9
+    assert t["faults"] == FAULTS and len(t["faults_by_kind"]) + len(t["kinds_not_run"]) == 10
     assert t["expected"] == t["stored_once"] > 0
     assert t["lost"] == t["duplicated"] == t["unexpected"] == t["not_measured_open"] == 0
     assert t["unexplained_failed_rows"] == []
@@ -130,6 +130,17 @@ def test_a_terminated_driver_restores_every_gpu_itself_and_exits_143(chaos):
         assert f["driver_rc"] == 143
         assert f["journal_left_by_driver"] == 0  # before `dvfs restore` ran
         assert f["ok"]
+
+
+def test_a_ctrl_c_in_the_drivers_terminal_restores_every_gpu_and_exits_130_in_time(chaos):
+    from scripts.chaos import STOP_BOUND_S
+
+    for f in faults_of(chaos, "driver_sigint"):
+        assert f["driver_rc"] == 130
+        assert f["journal_left_by_driver"] == 0  # before `dvfs restore` ran
+        assert f["stop_s"] is not None and f["stop_s"] <= STOP_BOUND_S
+        assert f["ok"]
+    assert "driver_sigint: exited" in chaos["stdout"]
 
 
 def test_a_killed_worker_is_replaced_and_its_trial_at_most_is_a_crash(chaos):
