@@ -211,8 +211,14 @@ class SettingsGuard:
         _register(self)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except DvfsError as e:  # noted on the error on its way, which a raise here would hide
+            exc.add_note(f"restoring GPU {self.device.identity.index} failed too: {e}")
 
     def close(self) -> None:
         """Restore the device and release the lease (idempotent)."""
@@ -273,11 +279,25 @@ class SettingsGuard:
             dev.set_clock_offset_mhz(request.clock_offset_mhz)
 
     def restore(self) -> list[str]:
-        """Put back everything this guard changed; returns what was restored."""
-        restored = []
+        """Put back everything this guard changed; returns what was restored.
+
+        Every setting is tried, even after one fails (a clock that would not reset must not keep
+        the power limit low); the first failure is raised after, and the journal entry stays for
+        what is still changed, for `dvfs restore`.
+        """
+        restored: list[str] = []
+        failed: list[DvfsError] = []
         for name in sorted(self._changed):
-            self._restore_one(name)
+            try:
+                self._restore_one(name)
+            except DvfsError as e:
+                failed.append(e)
+                continue
             restored.append(name)
+        if failed:
+            for other in failed[1:]:
+                failed[0].add_note(f"and: {other}")
+            raise failed[0]
         self._close_entry_if_clean()
         return restored
 
@@ -342,8 +362,18 @@ def restore_all_open() -> None:
     for guard in list(_open_guards):
         try:
             guard.close()
-        except DvfsError:
-            pass  # the journal entry stays, so `dvfs restore` can finish the job
+        except DvfsError as e:  # the journal entry stays, so `dvfs restore` can finish the job
+            ident = guard.device.identity
+            _say(f"dvfs: GPU {ident.index} ({ident.uuid}) could not be restored: {e}; "
+                 f"run `dvfs restore`\n")
+
+
+def _say(text: str) -> None:
+    """Write to stderr from a signal handler or at exit (os.write: no buffered stream to lock)."""
+    try:
+        os.write(2, text.encode(errors="replace"))
+    except OSError:  # stderr already closed: the journal entry still says it
+        pass
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:

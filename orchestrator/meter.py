@@ -190,6 +190,7 @@ class EnergyMeter:
         self._next_t = 0.0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._failed: BaseException | None = None  # what ended the background reader early
         self._background = device.identity.backend != "sim"
         self._last_energy: int | None = None
         self._updates = 0
@@ -248,6 +249,7 @@ class EnergyMeter:
         background reader has seen on hardware (no NVML read here), read now on the sim."""
         if self.method == "counter" and self._thread is None:
             self._watch_counter()
+        self._raise_if_failed()
         with self._lock:
             return self._updates
 
@@ -322,14 +324,26 @@ class EnergyMeter:
                 return watch_s
             return min(watch_s, max(0.0, self._next_t - self.device.now_s()))
 
-        while not self._stop.wait(wait_s()):
-            if self.method == "counter":
-                self._watch_counter()
-            if self._open and self.device.now_s() >= self._next_t:
-                self._take()
+        try:
+            while not self._stop.wait(wait_s()):
+                if self.method == "counter":
+                    self._watch_counter()
+                if self._open and self.device.now_s() >= self._next_t:
+                    self._take()
+        except BaseException as e:  # noqa: BLE001 - kept, and raised in the caller's thread
+            self._failed = e
+
+    def _raise_if_failed(self) -> None:
+        """Raise what ended the background reader (a lost GPU, an NVML error) in the caller's
+        thread: a thread that dies prints to stderr and nothing stops, and a window measured
+        without its reader would be stored with the samples and counter edges it never saw."""
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            raise failed
 
     def close(self) -> None:
-        """Stop the background reader (``stop()`` does this too; safe to call twice)."""
+        """Stop the background reader (``stop()`` does this too; safe to call twice). It never
+        raises: it runs in ``finally`` blocks, where an error would hide the one on its way."""
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
@@ -345,6 +359,7 @@ class EnergyMeter:
                 reads (milliseconds each on some machines) then fall after the window.
         """
         self.close()
+        self._raise_if_failed()
         if self.method == "counter":
             self._watch_counter()
         self._take()

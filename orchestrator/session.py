@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.errors import DvfsError
 from orchestrator.jobs import machine_key
 
 
@@ -96,18 +97,32 @@ class GpuSession:
 
     def close(self) -> None:
         """Restore and release every GPU this session holds; close a backend it opened."""
+        failed: list[DvfsError] = []
         try:
             for ctx in self._contexts.values():
-                ctx.guard.close()
+                try:  # every GPU is put back, even after one that would not be
+                    ctx.guard.close()
+                except DvfsError as e:
+                    failed.append(e)
         finally:
             self._contexts.clear()
             if self._owns_backend and self._backend is not None:
                 self._backend.close()
                 self._backend = None
             self._machine = None
+        if failed:
+            for other in failed[1:]:
+                failed[0].add_note(f"and: {other}")
+            raise failed[0]
 
     def __enter__(self) -> GpuSession:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except DvfsError as e:  # noted on the error on its way, which a raise here would hide
+            exc.add_note(f"restoring this session's GPUs failed too: {e}")

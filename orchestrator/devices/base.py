@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from orchestrator.errors import DeviceNotSupportedError
+
 Backend = Literal["nvml", "sim", "cpu"]
 Peak = Literal["fp64", "fp32", "tf32", "bf16", "fp16"]
 HealthFault = Literal["lost", "xid", "ecc", "thermal", "query_failed"]
@@ -275,7 +277,7 @@ class Device(abc.ABC):
         """Read every sensor once."""
         try:
             energy: int | None = self.energy_mj()
-        except Exception:  # noqa: BLE001 - a device without a counter still has telemetry
+        except DeviceNotSupportedError:  # a device without a counter still has telemetry
             energy = None
         return Telemetry(
             energy_mj=energy,

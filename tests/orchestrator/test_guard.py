@@ -16,6 +16,7 @@ from orchestrator.devices import open_backend
 from orchestrator.devices.base import KernelWork
 from orchestrator.errors import (
     DeviceBusyError,
+    DeviceError,
     InvalidSettingError,
     PolicyViolationError,
     UnrestoredDeviceError,
@@ -95,6 +96,48 @@ def test_an_exception_inside_the_guard_still_restores(state, tmp_path):
         guard.apply(SettingsRequest(power_limit_w=200))
         raise RuntimeError("kernel blew up")
     assert device_state(state) == before
+
+
+def refuse(device, method):
+    """``device.<method>`` fails from now on, as a driver call that would not answer does."""
+
+    def refused(*args):
+        raise DeviceError(f"{method} on GPU {device.identity.index} failed: no answer")
+
+    setattr(device, method, refused)
+
+
+def test_a_setting_that_will_not_restore_keeps_no_other_setting_changed(state, tmp_path):
+    """The power limit will not go back: the clock still does, the error is raised after, and
+    the journal entry stays for `dvfs restore` (was: the first failure ended the restore, and the
+    clock, restored after the power limit, stayed locked)."""
+    journal = Journal(tmp_path / "j")
+    with backend(state) as b:
+        device = b.device(0)
+        guard = SettingsGuard(device, journal).__enter__()
+        guard.apply(SettingsRequest(sm_clock_mhz=(900, 900), power_limit_w=200))
+        refuse(device, "set_power_limit_w")
+        with pytest.raises(DeviceError, match="set_power_limit_w"):
+            guard.close()
+        assert device_state(state)["locked"] is None
+        assert journal.uuids() == [device.identity.uuid]
+        [action] = restore_journal(journal, lambda uuid: b.device(uuid=uuid))
+        assert action.restored == ("power_limit", "sm_clock")
+    assert device_state(state)["power_limit_w"] == 400
+
+
+def test_a_failed_restore_is_a_note_on_the_error_that_ended_the_block_not_its_replacement(
+    state, tmp_path
+):
+    with backend(state) as b:
+        device = b.device(0)
+        with pytest.raises(RuntimeError, match="kernel blew up") as raised:
+            with SettingsGuard(device, Journal(tmp_path / "j")) as guard:
+                guard.apply(SettingsRequest(sm_clock_mhz=(900, 900)))
+                refuse(device, "reset_locked_sm_clocks")
+                raise RuntimeError("kernel blew up")
+        assert "restoring GPU 0 failed too" in "".join(raised.value.__notes__)
+        restore_journal(Journal(tmp_path / "j"), lambda uuid: b.device(uuid=uuid))
 
 
 @pytest.mark.parametrize(
@@ -247,3 +290,26 @@ def test_a_corrupt_journal_entry_is_reported_and_left_in_place(state, tmp_path):
         with pytest.raises(UserError, match="corrupt.*left in place"):
             SettingsGuard(b.device(0), journal).__enter__()
     assert journal.entry_path(uuid).read_text() == "{not json"
+
+
+def test_a_session_puts_back_every_gpu_even_after_one_that_will_not_go_back(state, tmp_path):
+    """One GPU's restore fails: the next GPU's guard still restores and releases its lease (was:
+    the first failure ended the loop, the other GPU kept its settings and its lease)."""
+    from orchestrator.session import GpuSession
+
+    cfg = {"backend": "sim", "state_dir": str(state), "profile": "a100_sxm4_40gb", "count": 2,
+           "journal_dir": str(tmp_path / "j"), "policy_file": None, "observe_only": False,
+           "gpus": "all"}
+    with backend(state) as b:
+        uuids = [b.device(i).identity.uuid for i in range(2)]
+    session = GpuSession()
+    first, second = (session.context(cfg, device_uuid=u) for u in uuids)
+    for ctx in (first, second):
+        ctx.guard.apply(SettingsRequest(power_limit_w=200))
+    refuse(first.device, "set_power_limit_w")
+    with pytest.raises(DeviceError, match="set_power_limit_w"):
+        session.close()
+    assert device_state(state, 1)["power_limit_w"] == 400
+    with backend(state) as b:
+        assert restore_journal(Journal(tmp_path / "j"), lambda u: b.device(uuid=u))[0].restored
+    assert device_state(state, 0)["power_limit_w"] == 400

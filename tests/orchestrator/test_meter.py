@@ -20,6 +20,7 @@ from orchestrator.devices.base import KernelWork
 from orchestrator.devices.sim import nvml as sim
 from orchestrator.devices.sim.profile import load_profile
 from orchestrator.devices.sim_device import SimBackend
+from orchestrator.errors import DeviceError
 from orchestrator.meter import COUNTER_MODULUS_MJ, EnergyMeter
 
 PROFILE = load_profile("a100_sxm4_40gb")
@@ -241,6 +242,44 @@ def test_close_stops_the_thread_and_may_be_called_twice(machine):
     meter.close()
     meter.close()
     assert meter_threads() == []
+
+
+class OneBadReadDriver:
+    """The simulated NVML whose energy read fails once, after ``fail`` is set, with NVML's own
+    error for a driver that did not answer (the read after it succeeds). Everything else is the
+    sim's."""
+
+    def __init__(self) -> None:
+        self.fail = threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(sim, name)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        if self.fail.is_set():
+            self.fail.clear()
+            raise sim.NVMLError(sim.NVML_ERROR_UNKNOWN)
+        return sim.nvmlDeviceGetTotalEnergyConsumption(handle)
+
+
+def test_a_reader_thread_that_fails_mid_window_fails_the_window_not_silently(machine):
+    """A thread that raises dies with a line on stderr and nothing else happens: the window would
+    close on a good final read, every counter update after the error unseen, and be stored. The
+    error reaches ``stop()`` instead."""
+    driver = OneBadReadDriver()
+    device = machine(nvml=driver, backend="nvml")
+    meter = EnergyMeter(device, method="counter")
+    meter.arm()
+    meter.start()
+    run_until(device, meter, 0.1)
+    driver.fail.set()
+    deadline = time.monotonic() + WAIT_S
+    while meter_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the reader's next read raises and ends it
+    assert meter_threads() == [] and not driver.fail.is_set()
+    with pytest.raises(DeviceError, match="nvmlDeviceGetTotalEnergyConsumption"):
+        meter.stop()
+    meter.close()  # never raises: it runs in finally blocks
 
 
 def test_on_the_sim_no_thread_is_started_and_tick_samples(machine):
