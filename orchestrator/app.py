@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orchestrator import estimate
 from orchestrator.config import CONF_DIR, hydra_user_error, register_configs
 from orchestrator.errors import DvfsError, UserError
 from orchestrator.jobs import JobSpec, record_sweep, resume_trials
@@ -68,6 +69,18 @@ def run_sweep(argv: list[str]) -> int:
     return 0
 
 
+def _single_run() -> bool:
+    """Whether this is ``dvfs sweep`` without ``-m`` (Hydra's run mode: one job)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.get().mode == RunMode.RUN
+
+
+def _say(line: str) -> None:
+    print(f"dvfs sweep: {line}", file=sys.stderr, flush=True)
+
+
 def default_store_dir() -> Path:
     """Where a job's rows go unless it sets ``store_dir``: the sweep dir (multirun) or the run
     dir."""
@@ -92,9 +105,17 @@ def task(cfg: Any, session: GpuSession) -> JobResult:
     logging.getLogger("jax").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
     try:
         job = JobSpec.from_config(cfg, None if cfg.get("store_dir") else default_store_dir())
+        if _single_run():  # a multirun's launcher or sweeper checks the whole sweep
+            from hydra.core.hydra_config import HydraConfig
+
+            estimate.check(estimate.Estimate.of([job.config.measure]),
+                           estimate.max_hours(HydraConfig.get().sweeper), _say,
+                           what="this trial")
         claim_sweep_dir(job.store_dir)  # before any GPU: one sweep writes a directory at a time
         ctx = session.context(job.config.device, sweep_id=job.sweep_id)
         ctx.guard.check(job.request)  # policy and device support, before any change
+        if _single_run():  # the multirun launchers say it as they start
+            _say(f"results in {job.store_dir}")
         store = ResultStore(job.store_dir)  # a corrupt store is refused here, and left as it is
     except DvfsError as e:
         if isinstance(e, UserError):

@@ -190,6 +190,15 @@ class JobStream:
         """Every framework the batch runs (what each worker loads before its first trial)."""
         return tuple(sorted({j.spec.config.framework.name for j in self.samples}))
 
+    def measures(self) -> list[Any]:
+        """Each job's ``measure`` section, in order (what the sweep's estimate reads): the first
+        checked job's for all when no override touches ``measure`` (a grid of settings), else
+        each job's own (composed again: a dictionary lookup each)."""
+        keys = {o.split("=", 1)[0].lstrip("+~") for ov in self.overrides for o in ov}
+        if not any(k.split(".", 1)[0] in ("measure", "experiment") for k in keys):
+            return [self.first.spec.config.measure] * self.total
+        return [self._spec(i).config.measure for i in range(self.total)]
+
     @property
     def first(self) -> Job:
         """A checked job: whose device config opens the machine."""

@@ -1,6 +1,6 @@
 """``dvfs``: the command line.
 
-    dvfs sweep [-m] [HYDRA OVERRIDES...]   run one trial, or a grid with -m (Hydra multirun)
+    dvfs sweep [-m] [--yes] [OVERRIDES...] run one trial, or a grid with -m (Hydra multirun)
     dvfs devices [OVERRIDES...] [--json]   list the GPUs of a backend and what may be set
     dvfs restore [OVERRIDES...]            put back whatever a killed process left changed
     dvfs report DIR... [--out DIR]         plots, recommendations and thresholds of sweeps
@@ -26,7 +26,10 @@ USAGE = """\
 dvfs: GPU energy and stability experiments.
 
 commands:
-  sweep [-m] [OVERRIDES...]      run one trial, or a grid with -m (Hydra multirun syntax)
+  sweep [-m] [--yes] [OVERRIDES...]
+                                 run one trial, or a grid with -m (Hydra multirun syntax);
+                                 --yes: run it even if it is expected to take more than
+                                 hydra.sweeper.max_hours (24 h)
   devices [OVERRIDES...] [--json]
                                  list GPUs: identity, supported clocks, power-limit range, settings
   restore [OVERRIDES...]         restore devices a killed process left changed (from the journal)
@@ -87,8 +90,14 @@ def _interrupted(command: str) -> int:
 
 # --- sweep ------------------------------------------------------------------------------------
 def _sweep(rest: list[str]) -> int:
-    from orchestrator.app import run_sweep
+    import os
 
+    from orchestrator.app import run_sweep
+    from orchestrator.estimate import YES_ENV
+
+    if "--yes" in rest:  # a sweep longer than hydra.sweeper.max_hours is meant
+        rest = [a for a in rest if a != "--yes"]
+        os.environ[YES_ENV] = "1"
     return run_sweep(rest)
 
 

@@ -11,12 +11,14 @@ Units are in the field names: ``*_mhz``, ``*_w``, ``*_s``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from orchestrator.bounds import Bound, bounded, check_fields
 from orchestrator.errors import UserError
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -28,7 +30,13 @@ DIGESTS = ("after", "inline", "host")  # orchestrator.window.DigestMode: where c
 OBJECTIVES = ("energy_per_work", "time_per_work", "edp", "ed2p")
 MAX_SIM_GPUS = 64  # as orchestrator.devices.sim.state.create_machine allows
 MAX_REFERENCE_SAMPLES = 64  # calls 1, 2, 4, ... 2**63: more than any window makes
-MAX_REPEATS = 10_000  # windows per setting (a failed trial still writes one row per repeat)
+MAX_REPEATS = 1000  # windows per setting: see MeasureConfig.repeats
+MAX_CLOCK_MHZ = 5000  # no GPU's SM clock reaches 5 GHz (an H200 boosts to 1980 MHz)
+MAX_SEED = 2**32 - 1  # NumPy's legacy and the frameworks' seeds are 32-bit; every row stores it
+MAX_ITERS = 1_000_000_000  # calls of one window: a 1 us kernel would take over 16 minutes
+
+# Every numeric field is `bounded(default, lo, hi, why)` (orchestrator.bounds): out of range is
+# one line and exit code 2 before anything runs.
 
 
 @dataclass
@@ -39,22 +47,34 @@ class DeviceConfig:
     gpus: Optional[list[Any]] = None  # NVML indices or UUIDs to use; None: every GPU
     observe_only: bool = False  # change nothing; refuse any sweep that asks for a setting
     # --- settings a trial asks for (None: leave at the device's default) ---
+    # Each end of the lock is checked against MAX_CLOCK_MHZ here and against the GPU's own
+    # supported clocks by the guard's policy, before any setting changes.
     sm_clock_mhz: Any = None  # lock the SM clock: one value (min=max) or [min, max]
-    mem_clock_mhz: Optional[int] = None  # lock the memory clock
-    power_limit_w: Optional[float] = None  # power-management limit
-    clock_offset_mhz: Optional[int] = None  # GPC clock offset
+    mem_clock_mhz: Optional[int] = bounded(
+        None, 1, 50_000, "the fastest memory NVML reports, GDDR7, runs near 16,000 MHz",
+        unit=" MHz")  # lock the memory clock
+    power_limit_w: Optional[float] = bounded(
+        None, 0, 5000, "no board draws 5 kW: a B200 is 1,000 W; the GPU's own range is checked "
+        "before any setting", above=True, unit=" W")  # power-management limit
+    clock_offset_mhz: Optional[int] = bounded(
+        None, -2000, 2000, "NVML's clock offsets span a few hundred MHz either way", unit=" MHz"
+    )  # GPC clock offset
     # --- the guard ---
     journal_dir: Optional[str] = None  # where the restore journal lives (default: journal_dir())
     policy_file: Optional[str] = None  # YAML/JSON of allowed ranges; None: the device's own ranges
     # --- the simulated GPU (backend=sim only) ---
     profile: str = "a100_sxm4_40gb"  # a profile under conf/device/profile/, or a YAML file path
-    count: int = 1  # how many simulated GPUs
+    count: int = bounded(
+        1, 1, MAX_SIM_GPUS, "a simulated machine has at most 64 GPUs, as the largest nodes have "
+        "16")  # how many simulated GPUs
     state_dir: Optional[str] = None  # the sim's state; default $DVFS_SIM_STATE_DIR or ~/.cache
-    seed: int = 0  # silicon lottery: seeds UUIDs and stability thresholds
+    seed: int = bounded(0, 0, MAX_SEED, "a 32-bit seed")  # silicon lottery: UUIDs, thresholds
     privileged: bool = True  # false: setters fail with NVML_ERROR_NO_PERMISSION, as without root
     scenario: Optional[str] = None  # a ready fault scenario, e.g. "seed_claims"
     planted_thresholds: Any = None  # {gpu index or UUID: {kernel class or "*": MHz}}
-    energy_update_period_s: Optional[float] = None  # counter update period; None: the profile's
+    energy_update_period_s: Optional[float] = bounded(
+        None, 0, 10, "real counters update every 1 to 100 ms (0: at every call); 10 s is a "
+        "counter that never updates in a window", unit=" s")  # None: the profile's period
     inject: Any = None  # tests and chaos only (sim): a fault to inject, see orchestrator/inject.py
     # --- the host CPU (backend=cpu only) ---
     powercap_root: Optional[str] = None  # RAPL's intel-rapl:N zones; None: /sys/class/powercap
@@ -84,23 +104,49 @@ class FrameworkConfig:
 class MeasureConfig:
     """One measurement window and how it is taken."""
 
-    window_s: float = 1.0  # the window lasts at least this long (device time)
-    min_iters: int = 10  # ... and at least this many kernel calls
-    max_iters: int = 1_000_000  # stop after this many calls even if the window is short
-    warmup_iters: int = 3  # calls before the window (the JIT compile happens at build)
-    settle_s: float = 0.5  # idle time after applying settings, before warm-up
-    repeats: int = 1  # independent windows per setting (a spread needs >= 3)
-    reference_samples: int = 4  # calls compared with the float64 reference (plus the last)
+    window_s: float = bounded(
+        1.0, 0, 3600, "an hour: a longer window holds one setting for hours; take several with "
+        "measure.repeats", above=True, unit=" s")  # the window lasts at least this (device time)
+    min_iters: int = bounded(
+        10, 1, MAX_ITERS, "a billion calls: longer than an hour's window of any kernel"
+    )  # ... and at least this many kernel calls
+    max_iters: int = bounded(
+        1_000_000, 1, MAX_ITERS, "a billion calls: longer than an hour's window of any kernel"
+    )  # stop after this many calls even if the window is short
+    warmup_iters: int = bounded(
+        3, 0, 100_000, "warm-up is a few calls (the compile happens at build); 100,000 is "
+        "minutes even of a small kernel")  # calls before the window
+    settle_s: float = bounded(
+        0.5, 0, 600, "ten minutes: a GPU's temperature settles within a few", unit=" s"
+    )  # idle time after applying settings, before warm-up
+    repeats: int = bounded(
+        1, 1, MAX_REPEATS, "a thousand windows per setting pin a mean far tighter than any GPU "
+        "holds; more is a slip, such as ${now:%Y}, the year")  # independent windows per setting
+    reference_samples: int = bounded(
+        4, 0, MAX_REFERENCE_SAMPLES, "calls 1, 2, 4, ... 2**63 are compared with the reference"
+    )  # calls compared with the float64 reference (plus the last)
     # where calls are fingerprinted: "after" (a check run right after a bare timed window),
     # "inline" (the timed calls themselves, on the device), "host" (copy + hash per call: debug)
     digest: str = "after"
-    check_iters: Optional[int] = None  # calls in the check run (digest=after); None: as the window
-    counter_edge_wait_s: float = 0.5  # longest wait for an energy-counter update at a window's ends
+    check_iters: Optional[int] = bounded(
+        None, 1, MAX_ITERS, "a billion calls, and never more than measure.max_iters"
+    )  # calls in the check run (digest=after); None: as many as the window made
+    counter_edge_wait_s: float = bounded(
+        0.5, 0, 60, "counters update every 1 to 100 ms: a minute is waiting on a counter that "
+        "does not move", unit=" s")  # longest wait for an energy-counter update at each end
     meter: str = "auto"  # auto (counter where the device has one), counter, polling
-    poll_hz: float = 20.0  # power polling rate of the polling meter
-    min_counter_updates: int = 10  # fewer energy-counter updates in a window: invalid
-    clock_tolerance_mhz: float = 30.0  # observed SM clock this far below the asked one: invalid
-    timeout_s: float = 600.0  # a trial past this is killed and recorded as `timeout`
+    poll_hz: float = bounded(
+        20.0, 0, 1000, "NVML's power reading changes at most every millisecond or so; faster "
+        "polling reads the same value", above=True, unit=" Hz")  # polling meter's rate
+    min_counter_updates: int = bounded(
+        10, 0, 1_000_000, "an hour's window at a 1 ms counter period holds 3.6 million; a "
+        "million asks more of any shorter one than it holds")  # fewer in a window: invalid
+    clock_tolerance_mhz: float = bounded(
+        30.0, 0, MAX_CLOCK_MHZ, "no GPU clock reaches 5 GHz", unit=" MHz"
+    )  # observed SM clock this far below the asked one: invalid
+    timeout_s: float = bounded(
+        600.0, 0, 86_400, "a day: a trial that takes longer has hung", above=True, unit=" s"
+    )  # a trial past this is killed and recorded as `timeout`
 
 
 @dataclass
@@ -111,7 +157,7 @@ class DvfsConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     framework: FrameworkConfig = field(default_factory=FrameworkConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
-    seed: int = 0  # seed of the kernel's random inputs
+    seed: int = bounded(0, 0, MAX_SEED, "a 32-bit seed")  # seed of the kernel's random inputs
     objective: str = "energy_per_work"  # what the task returns to a sweeper: see OBJECTIVES
     store_dir: Optional[str] = None  # where results go; default: the sweep (or run) directory
     quiet: bool = False  # no per-trial summary on stdout
@@ -225,7 +271,7 @@ def _check_planted(planted: Any) -> None:
         if not hasattr(per_class, "items"):
             raise UserError(f"device.planted_thresholds={_show(planted)} {shape}")
         for cls, mhz in per_class.items():
-            if not _is_number(mhz) or not _finite(mhz) or mhz != int(mhz) or mhz < 0:
+            if not SM_CLOCK_BOUND.admits(mhz) or mhz != int(mhz):
                 raise UserError(
                     f"device.planted_thresholds: GPU {gpu}, class {cls}: {_show(mhz)} "
                     "is not a clock in MHz"
@@ -278,72 +324,89 @@ def validate_static(cfg: Any) -> None:
     check_choice("measure.meter", m.meter, METERS)
     check_choice("measure.digest", m.digest, DIGESTS)
     check_choice("objective", cfg.objective, OBJECTIVES)
-    _check_signs(cfg)
+    _check_bounds(cfg)
+    _check_paths(cfg)
     _check_measure_counts(m)
-    if d.backend == "sim" and d.count > MAX_SIM_GPUS:
-        raise UserError(f"device.count={d.count}: a simulated machine has 1-{MAX_SIM_GPUS} GPUs")
-    parse_sm_clock(d.sm_clock_mhz)
-    if d.power_limit_w is not None and not (d.power_limit_w > 0 and _finite(d.power_limit_w)):
-        raise UserError(
-            f"device.power_limit_w={d.power_limit_w} must be a finite number greater than 0"
-        )
+    _check_sm_clock(d.sm_clock_mhz)
     _check_gpus(d.gpus)
     _check_planted(d.planted_thresholds)
     if d.backend == "cpu":
         _check_cpu(d, m)
 
 
-def _check_signs(cfg: Any) -> None:
-    """Values that must be greater than 0, and values that must be 0 or more; all finite."""
-    d, m = cfg.device, cfg.measure
-    positive = {
-        "measure.window_s": m.window_s,
-        "measure.min_iters": m.min_iters,
-        "measure.max_iters": m.max_iters,
-        "measure.repeats": m.repeats,
-        "measure.poll_hz": m.poll_hz,
-        "measure.timeout_s": m.timeout_s,
-        "device.count": d.count,
-    }
-    for key, value in positive.items():
-        if value is None or value <= 0:
-            raise UserError(f"{key}={value} must be greater than 0")
-        if not _finite(value):
-            raise UserError(f"{key}={value} must be a finite number")
-    non_negative = {
-        "measure.warmup_iters": m.warmup_iters,
-        "measure.settle_s": m.settle_s,
-        "measure.reference_samples": m.reference_samples,
-        "measure.min_counter_updates": m.min_counter_updates,
-        "measure.clock_tolerance_mhz": m.clock_tolerance_mhz,
-        "measure.counter_edge_wait_s": m.counter_edge_wait_s,
-    }
-    if d.energy_update_period_s is not None:
-        non_negative["device.energy_update_period_s"] = d.energy_update_period_s
-    non_negative["seed"] = cfg.seed
-    for key, value in non_negative.items():
-        if value is None or not value >= 0:  # NaN fails too
-            raise UserError(f"{key}={value} must be 0 or more")
-        if not _finite(value):
-            raise UserError(f"{key}={value} must be a finite number")
+def _check_bounds(cfg: Any) -> None:
+    """Every bounded field of every section is in its range (``orchestrator.bounds``)."""
+    check_fields("", cfg, DvfsConfig)
+    check_fields("device.", cfg.device, DeviceConfig)
+    check_fields("measure.", cfg.measure, MeasureConfig)
+
+
+PATH_KEYS = ("store_dir", "device.journal_dir", "device.policy_file", "device.state_dir",
+             "device.powercap_root")
+"""The keys whose value is a file or directory (relative: to where the command was started)."""
+
+OPTION_GROUPS = ("device", "workload", "framework", "measure", "experiment")
+"""The config groups whose option names a path key's value is checked against."""
+
+
+@functools.cache
+def group_options() -> dict[str, str]:
+    """Each option name of ``conf/``'s groups -> its group (``quick`` -> ``measure``)."""
+    found: dict[str, str] = {}
+    for group in OPTION_GROUPS:
+        for path in sorted((CONF_DIR / group).glob("*.yaml")):
+            found.setdefault(path.stem, group)
+    return found
+
+
+def _check_paths(cfg: Any) -> None:
+    """A path key holds a path: not a boolean, not empty, not a config group's option name.
+
+    ``store_dir=true`` made a directory named ``True`` and wrote the results there; ``store_dir=
+    quick`` one named ``quick`` (``measure=quick`` was meant). A name like that is refused; as
+    ``./quick`` it is a directory of that name.
+    """
+    for key in PATH_KEYS:
+        node = cfg
+        for part in key.split("."):
+            node = node.get(part) if hasattr(node, "get") else getattr(node, part)
+        if node is None:
+            continue
+        value = str(node)
+        if not value.strip():
+            raise UserError(f"{key}={value!r} is empty: give a path, or null for the default")
+        if value.lower() in ("true", "false"):
+            raise UserError(f"{key}={value} is a boolean, not a path: give a path, or null for "
+                            "the default")
+        group = group_options().get(value)
+        if group is not None:
+            raise UserError(f"{key}={value} names the option {group}={value}, not a path: did you "
+                            f"mean {group}={value}? (./{value} is a path of that name)")
+
+
+SM_CLOCK_BOUND = Bound(1, MAX_CLOCK_MHZ, "no GPU clock reaches 5 GHz; the GPU's own supported "
+                       "clocks are checked before any setting", unit=" MHz")
+
+
+def _check_sm_clock(value: Any) -> None:
+    """``device.sm_clock_mhz``: each end in range, the lower end first."""
+    lock = parse_sm_clock(value)
+    for end in lock or ():
+        SM_CLOCK_BOUND.check("device.sm_clock_mhz", end)
+    if lock is not None and lock[0] > lock[1]:
+        raise UserError(f"device.sm_clock_mhz=[{lock[0]}, {lock[1]}]: the lower clock comes "
+                        "first, [min, max]")
 
 
 def _check_measure_counts(m: Any) -> None:
-    """The window's call counts agree with each other and stay under the caps."""
-    if m.check_iters is not None and not 0 < m.check_iters <= m.max_iters:
+    """The window's call counts agree with each other."""
+    if m.check_iters is not None and m.check_iters > m.max_iters:
         raise UserError(
             f"measure.check_iters={m.check_iters} must be between 1 and "
             f"measure.max_iters={m.max_iters}"
         )
     if m.min_iters > m.max_iters:
         raise UserError(f"measure.min_iters={m.min_iters} is above measure.max_iters={m.max_iters}")
-    if m.repeats > MAX_REPEATS:
-        raise UserError(f"measure.repeats={m.repeats} must be at most {MAX_REPEATS}")
-    if m.reference_samples > MAX_REFERENCE_SAMPLES:
-        raise UserError(
-            f"measure.reference_samples={m.reference_samples} must be at most "
-            f"{MAX_REFERENCE_SAMPLES} (calls 1, 2, 4, ... are compared with the reference)"
-        )
 
 
 SETTINGS_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_mhz")

@@ -194,7 +194,9 @@ class JobSpec:
         inject.validate(config.device.inject, config.device.backend)
         settings_request(config.device)  # a malformed setting is refused here, not on a GPU
         where = config.store_dir or default_store_dir
-        store_dir = None if where is None else Path(where)
+        # A relative store is where the command was started (Hydra does not chdir: see
+        # conf/config.yaml), made absolute now: a worker or a report elsewhere finds the same.
+        store_dir = None if where is None else Path(where).absolute()
         return cls(config, store_dir, _sweep_id_of(str(store_dir)) if store_dir else "")
 
     @cached_property

@@ -37,8 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator import estimate
 from orchestrator.admit import refusals
 from orchestrator.batch import JobStream, already_stored
+from orchestrator.bounds import Bound, bounded, check_fields
 from orchestrator.errors import UserError
 from orchestrator.jobs import RETRY_POLICIES
 from orchestrator.pool import close_pool, get_pool
@@ -49,6 +51,7 @@ from orchestrator.supervisor import Supervisor
 log = logging.getLogger(__name__)
 
 PLACEMENTS = ("any", "every")
+RESOURCE_BOUND = Bound(0, 1e6, "a worker's share of a custom Ray resource")
 
 
 # --- settings ---------------------------------------------------------------------------------
@@ -58,13 +61,23 @@ class LaunchSettings:
 
     address: str | None = None  # None: a local Ray instance; "auto", "host:port", "ray://...": join
     placement: str | tuple[str, ...] = "any"  # "any", "every", or GPU UUIDs (any of those)
-    timeout_s: float | None = None  # per-trial limit; None: each job's measure.timeout_s
-    max_restarts: int = 5  # worker deaths in a row before a GPU is retired; -1: never retire
-    start_timeout_s: float = 120.0  # a worker that does not start within this is given up
-    lease_wait_s: float | None = None  # wait this long for a GPU another sweep holds; None: forever
+    timeout_s: float | None = bounded(
+        None, 0, 86_400, "a day: a trial that takes longer has hung", above=True, unit=" s"
+    )  # per-trial limit; None: each job's measure.timeout_s
+    max_restarts: int = bounded(
+        5, -1, 1000, "-1 never retires a GPU; a thousand deaths in a row is a GPU to retire"
+    )  # worker deaths in a row before a GPU is retired; -1: never retire
+    start_timeout_s: float = bounded(
+        120.0, 0, 3600, "an hour: a worker that has not started by then will not", above=True,
+        unit=" s")  # a worker that does not start within this is given up
+    lease_wait_s: float | None = bounded(
+        None, 0, 7 * 86_400, "a week: null waits as long as the other sweep takes", above=True,
+        unit=" s")  # wait this long for a GPU another sweep holds; None: forever
     retry: str = "not_measured"  # which stored trials a re-run runs again (jobs.RETRY_POLICIES)
     queue_ahead: bool = True  # send a busy GPU its next trial, to start as the last one returns
-    num_cpus: float = 0.0  # CPUs each worker reserves (0: or four never start on two cores)
+    num_cpus: float = bounded(
+        0.0, 0, 1024, "no node has more than 1,024 CPUs for one worker"
+    )  # CPUs each worker reserves (0: or four never start on two cores)
     resources: dict[str, float] = field(default_factory=dict)  # custom Ray resources per worker
     log_to_driver: bool = False  # forward workers' stdout/stderr to this terminal
     progress: bool = True  # the live progress line on stderr
@@ -103,16 +116,14 @@ class LaunchSettings:
             )
         if d.get("address") in ("", "local", "none", "null"):
             d["address"] = None
-        for key in ("timeout_s", "start_timeout_s", "lease_wait_s"):
-            if d.get(key) is not None and float(d[key]) <= 0:
-                raise UserError(f"hydra.launcher.{key}={d[key]} must be greater than 0")
+        check_fields("hydra.launcher.", d, cls)
         if d.get("retry", "not_measured") not in RETRY_POLICIES:
             raise UserError(
                 f"hydra.launcher.retry={d['retry']!r} is not one of: {', '.join(RETRY_POLICIES)}"
             )
-        if d.get("num_cpus") is not None and float(d["num_cpus"]) < 0:
-            raise UserError(f"hydra.launcher.num_cpus={d['num_cpus']} must be 0 or more")
         d["resources"] = {str(k): float(v) for k, v in (d.get("resources") or {}).items()}
+        for name, amount in d["resources"].items():
+            RESOURCE_BOUND.check(f"hydra.launcher.resources.{name}", amount)
         return cls(**d)
 
     def pool_key(self) -> str:
@@ -149,7 +160,7 @@ def launch_batch(
     stream = JobStream(composer_for(config, hydra_context), job_overrides, initial_job_idx,
                        settings.timeout_s)
     stream.check()
-    results = run_jobs(stream, settings)
+    results = run_jobs(stream, settings, limit_hours=estimate.max_hours(config.hydra.sweeper))
     returns = []
     for overrides, value in zip(stream.overrides, results, strict=True):
         # The job's config is not kept: a 10,000-job sweep would hold 10,000 of them, and
@@ -162,9 +173,13 @@ def launch_batch(
 
 
 def run_jobs(
-    jobs: JobStream, settings: LaunchSettings, *, progress: Progress | None = None
+    jobs: JobStream, settings: LaunchSettings, *, progress: Progress | None = None,
+    limit_hours: float = estimate.MAX_HOURS,
 ) -> list[JobResult]:
     """Run a checked batch on the pool of this machine; returns each job's result, in order.
+
+    Args:
+        limit_hours: a batch expected to take longer is refused (``orchestrator.estimate``).
 
     Raises:
         UserError: no usable GPU, a job refused by a GPU's policy or support, or a store
@@ -185,12 +200,19 @@ def run_jobs(
         progress.finish(f"ray_gpus: all {jobs.total} trial(s) already stored (resume); "
                         f"results in {' '.join(map(str, jobs.store_dirs))}")
         return stored
+    dirs = " ".join(map(str, jobs.store_dirs))
+    progress.note(f"ray_gpus: {jobs.total} job(s); results in {dirs}")
     pool = get_pool(settings, jobs.first.device, jobs.selections, progress.note)
     refused = refusals(pool.slots, jobs.samples)
     if refused:
         raise UserError(f"{refused[0]}; nothing was run")
+    gpus = _gpus_at_once(jobs, pool.expected)
+    measures = jobs.measures()
     if settings.placement == "every":
-        progress.total = jobs.total * sum(1 for s in pool.slots if s.live)
+        progress.total = jobs.total * gpus
+        measures = measures * gpus
+    estimate.check(estimate.Estimate.of(measures, gpus), limit_hours,
+                   lambda line: progress.note(f"ray_gpus: {line}"))
     sup = Supervisor(pool, jobs, progress)
     try:
         results = sup.run()
@@ -198,7 +220,6 @@ def run_jobs(
         close_pool()
         raise
     live = [s for s in pool.slots if s.live and any(s.runs(j) for j in jobs.samples)]
-    dirs = " ".join(map(str, jobs.store_dirs))
     counts = ", ".join(f"{n} {status}" for status, n in sorted(progress.by_status.items()))
     skipped = f", {progress.skipped} already stored" if progress.skipped else ""
     progress.finish(
@@ -207,6 +228,15 @@ def run_jobs(
         f"({counts or 'none run'}{skipped}); results in {dirs}; report: dvfs report {dirs}"
     )
     return results
+
+
+def _gpus_at_once(jobs: JobStream, expected: int) -> int:
+    """How many GPUs the batch's jobs run on at once (for its estimate): the widest
+    ``device.gpus`` selection, every GPU of the pool for none. The workers may still be joining
+    (``pool.expected`` of them), so the slots are not counted."""
+    widest = max((expected if sel is None else min(len(sel), expected)
+                  for sel in jobs.selections), default=1)
+    return max(1, widest)
 
 
 __all__ = [

@@ -318,31 +318,11 @@ class ChaosRun:
         gpus = json.loads((self.state / "machine.json").read_text())["gpus"]
         return [g["uuid"] for g in gpus]
 
-    def gpu_state(self, index: int) -> dict[str, Any]:
-        """The sim's state of GPU ``index`` (settings, lost or not), read from its state file."""
-        from orchestrator.devices.sim.state import Machine
-
-        return Machine(self.state).read(index)
-
     def changed_gpus(self) -> list[str]:
         """GPUs not at their defaults (locked clocks, power limit, offset) or still lost."""
-        from orchestrator.devices.sim.profile import load_profile
+        from orchestrator.devices.sim.state import Machine
 
-        machine = json.loads((self.state / "machine.json").read_text())
-        changed = []
-        for i, gpu in enumerate(machine["gpus"]):
-            s = self.gpu_state(i)
-            default_w = load_profile(gpu.get("profile", "a100_sxm4_40gb")).power_limit_default_w
-            what = [k for k, bad in (
-                ("sm clock locked", s["locked_sm_mhz"] is not None),
-                ("memory clock locked", s["locked_mem_mhz"] is not None),
-                (f"power limit {s['power_limit_w']} W", abs(s["power_limit_w"] - default_w) > 0.5),
-                (f"offset {s['offset_mhz']} MHz", s["offset_mhz"] != 0),
-                ("lost", s["lost"]),
-            ) if bad]
-            if what:
-                changed.append(f"gpu{i} ({', '.join(what)})")
-        return changed
+        return Machine(self.state).changed()
 
     def journal_entries(self) -> list[str]:
         """The UUIDs of the GPUs with a journal entry (a setting not yet restored), sorted."""

@@ -26,9 +26,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 from support import DVFS
 
 from orchestrator import config as C
+from orchestrator.bounds import bounds
 from orchestrator.errors import UserError
 
 GROUPS: dict[str, type] = {
@@ -176,6 +178,7 @@ def check_overrides(overrides: list[str], device: Any) -> UserError | None:
             raise
         return err
     assert_valid(cfg, spec.resolved, spec.request)
+    assert spec.store_dir is None or spec.store_dir.is_absolute()
     return None
 
 
@@ -191,7 +194,22 @@ def assert_valid(cfg: Any, resolved: dict[str, Any], request: Any) -> None:
                 "min_counter_updates"):
         assert isinstance(getattr(m, key), int) and getattr(m, key) >= 0, key
     assert m.window_s > 0 and m.min_iters >= 1 and m.repeats >= 1 and m.min_iters <= m.max_iters
-    assert m.reference_samples <= 64 and m.repeats <= 10_000
+    assert m.reference_samples <= 64 and m.repeats <= 1000
+    # What a user would accept, stated here apart from the schema's table: no trial holds a
+    # setting for more than a day, nothing counts past a billion.
+    assert m.window_s <= 3600 and m.settle_s <= 600 and m.timeout_s <= 86_400
+    assert m.repeats * (2 * m.window_s + m.counter_edge_wait_s) + m.settle_s <= 1000 * 7260
+    assert max(m.min_iters, m.max_iters, m.check_iters or 0, m.min_counter_updates) <= 10**9
+    assert 0 <= cfg.seed < 2**32 and 0 <= d.seed < 2**32
+    for prefix, node, schema in (("", cfg, C.DvfsConfig), ("device.", d, C.DeviceConfig),
+                                 ("measure.", m, C.MeasureConfig)):
+        for name, bound in bounds(schema).items():
+            value = getattr(node, name)
+            assert value is None or bound.admits(value), (prefix + name, value)
+    for key in C.PATH_KEYS:
+        value = OmegaConf.select(cfg, key)
+        assert value is None or (str(value).strip() and str(value).lower() not in ("true", "false")
+                                 and str(value) not in C.group_options()), (key, value)
     assert d.count >= 1 and (d.backend != "sim" or d.count <= 64)
     period = d.energy_update_period_s  # None: the simulated profile's own
     assert period is None or (math.isfinite(period) and period >= 0)
@@ -224,15 +242,25 @@ def test_any_override_is_accepted_and_valid_or_refused_in_one_line(sim_a100, ove
 @pytest.mark.parametrize(
     "overrides, words",
     [
-        (["measure.window_s=nan"], "measure.window_s=nan must be a finite number"),
+        (["measure.window_s=nan"], "measure.window_s=nan must be greater than 0 and at most 3600"),
+        # the three a user's typos ran (issue #31): a window of 31,000 years, 2,025 repeats, a
+        # results folder named True
+        (["measure.window_s=999999999999"], "measure.window_s=999999999999 must be greater than"),
+        (["measure.repeats=${now:%Y}"], "must be between 1 and 1000"),
+        (["store_dir=true"], "store_dir=True is a boolean, not a path"),
+        (["store_dir=''"], "store_dir='' is empty"),
+        (["store_dir=quick"], "did you mean measure=quick?"),
+        (["device.journal_dir=gemm"], "did you mean workload=gemm?"),
+        (["measure.timeout_s=1e9"], "at most 86400 s"),
+        (["device.sm_clock_mhz=[1400,300]"], "the lower clock comes first"),
         (["device.sm_clock_mhz=inf"], "device.sm_clock_mhz=inf"),
         (["device.sm_clock_mhz=[1200.5,1300]"], "whole number"),
         (["measure.reference_samples=100000"],
-         "measure.reference_samples=100000 must be at most 64"),
+         "measure.reference_samples=100000 must be between 0 and 64"),
         (["device.energy_update_period_s=-1"],
-         "device.energy_update_period_s=-1.0 must be 0 or more"),
+         "device.energy_update_period_s=-1 must be between 0 and 10 s"),
         (["device.count=100"], "device.count=100"),
-        (["seed=-1"], "seed=-1 must be 0 or more"),
+        (["seed=-1"], "seed=-1 must be between 0 and 4294967295"),
         (["device.gpus=[1.5]"], "device.gpus"),
         (["device.planted_thresholds={0: {gemm: fast}}"], "device.planted_thresholds"),
     ],
@@ -256,6 +284,11 @@ def test_values_hypothesis_found_are_refused_with_a_reason(sim_a100, overrides, 
         "+device.nope=1",
         "~measure.window_s",
         "workload.name='日本'",
+        "measure.window_s=999999999999",
+        "measure.repeats=${now:%Y}",
+        "store_dir=true",
+        "store_dir=''",
+        "store_dir=quick",
     ],
 )
 def test_bad_input_through_dvfs_sweep_is_exit_2_one_line_no_traceback(tmp_path, override_):

@@ -20,6 +20,8 @@ from typing import Any, Dict, Optional, Sequence
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 
+from orchestrator.estimate import MAX_HOURS
+
 
 @dataclass
 class GridSweeperConf:
@@ -28,6 +30,7 @@ class GridSweeperConf:
     _target_: str = "hydra_plugins.dvfs.grid_sweeper.GridSweeper"
     max_batch_size: Optional[int] = None  # jobs per batch handed to the launcher; null: all at once
     params: Optional[Dict[str, str]] = None  # swept overrides, as hydra.sweeper.params
+    max_hours: float = MAX_HOURS  # a longer sweep is refused unless `dvfs sweep --yes`
 
 
 # Hydra's default sweeper is ``basic``: this one takes its place (same keys, same grid) so that
@@ -42,19 +45,30 @@ class GridSweeper(BasicSweeper):
     """Hydra's basic sweeper with a batch check that composes each distinct value once."""
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        """Compose the first job with each distinct override; the ``ray_gpus`` launcher does
-        that itself before anything runs, so for it there is nothing to do here.
+        """Compose the first job with each distinct override and estimate the batch's length;
+        the ``ray_gpus`` launcher does both itself before anything runs, so for it there is
+        nothing to do here.
 
         Raises:
-            UserError: a value refused, naming its job.
+            UserError: a value refused, naming its job; a batch longer than
+                ``hydra.sweeper.max_hours`` without ``dvfs sweep --yes``.
         """
+        import sys
+
+        from orchestrator import estimate
         from orchestrator.batch import JobStream
         from orchestrator.compose import composer_for
 
         if type(self.launcher).__name__ == "RayGpusLauncher":
             return
-        JobStream(composer_for(self.config, self.hydra_context), batch).check()
+        jobs = JobStream(composer_for(self.config, self.hydra_context), batch)
+        jobs.check()
+        limit = estimate.max_hours(self.config.hydra.sweeper)
+        estimate.check(estimate.Estimate.of(jobs.measures()), limit,  # one job at a time
+                       lambda line: print(f"dvfs sweep: {line}", file=sys.stderr, flush=True))
 
-    def __init__(self, max_batch_size: Optional[int] = None, params: Any = None) -> None:
-        """The basic sweeper's arguments: ``max_batch_size`` and ``params``."""
+    def __init__(self, max_batch_size: Optional[int] = None, params: Any = None,
+                 max_hours: float = MAX_HOURS) -> None:
+        """The basic sweeper's arguments, ``max_batch_size`` and ``params``; ``max_hours`` is
+        read from the config by whoever runs the batch (``orchestrator.estimate``)."""
         super().__init__(max_batch_size=max_batch_size, params=params)

@@ -21,6 +21,8 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 
+from orchestrator.estimate import MAX_HOURS
+
 
 @dataclass
 class StabilitySweeperConf:
@@ -34,6 +36,7 @@ class StabilitySweeperConf:
     max_inconclusive: int = 2  # ok-but-invalid trials at one value before the search gives up
     confirm_trials: int = 3  # a confirmation spreads the iterations it needs over these trials
     params: Optional[Dict[str, str]] = None  # swept overrides: each combination is a group
+    max_hours: float = MAX_HOURS  # a round of trials longer is refused unless `dvfs sweep --yes`
 
 
 ConfigStore.instance().store(
@@ -47,6 +50,7 @@ class StabilitySweeper(Sweeper):
     def __init__(self, params: Optional[Dict[str, str]] = None, **options: Any) -> None:
         """Keep the sweeper's config: ``params`` (swept overrides) and the search's options."""
         self.params = dict(params or {})
+        options.pop("max_hours", None)  # read from the config by the launcher of each round
         self.options = options
         self.config: Any = None
         self.hydra_context: Any = None

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from orchestrator.bounds import bounded, check_fields
 from orchestrator.errors import UserError
 from orchestrator.search.algorithm import CONFIRM_TRIALS
 
@@ -90,33 +91,32 @@ class SearchOptions:
     """
 
     setting: str = "device.sm_clock_mhz"
-    confirm_iterations: int = 1000
-    coarse_points: int = 8
-    step: float | None = None
-    max_inconclusive: int = 2
-    confirm_trials: int = CONFIRM_TRIALS
+    confirm_iterations: int = bounded(
+        1000, 1, 1_000_000_000, "a billion clean iterations bound a fault rate below 3 in a "
+        "billion; more takes days of trials at one value")
+    coarse_points: int = bounded(8, 2, 1000, "more points than any GPU has clocks (~200)")
+    step: float | None = bounded(None, 0, 10_000, "a step wider than any setting's range",
+                                 above=True)
+    max_inconclusive: int = bounded(2, 1, 100, "a hundred ok-but-invalid trials at one value "
+                                    "is a value that will not measure")
+    confirm_trials: int = bounded(CONFIRM_TRIALS, 1, 1000, "a confirmation over more trials "
+                                  "spends more on settling than on iterations")
 
     def validated(self) -> SearchOptions:
         """The options, checked.
 
         Raises:
-            UserError: an unknown setting, a confirmation count under 1, fewer than 2 coarse
-                points, a step that is not positive.
+            UserError: an unknown setting, a count that is not whole, a value out of its
+                range (``orchestrator.bounds``).
         """
         ordered_setting(self.setting)
-        if not isinstance(self.confirm_iterations, int) or self.confirm_iterations < 1:
-            raise UserError(
-                f"hydra.sweeper.confirm_iterations={self.confirm_iterations} must be 1 or more "
-                "(clean iterations a value needs before it is declared stable)"
-            )
-        if not isinstance(self.coarse_points, int) or self.coarse_points < 2:
-            raise UserError(f"hydra.sweeper.coarse_points={self.coarse_points} must be 2 or more")
-        if self.step is not None and not self.step > 0:
-            raise UserError(f"hydra.sweeper.step={self.step} must be greater than 0")
-        for key in ("max_inconclusive", "confirm_trials"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or value < 1:
-                raise UserError(f"hydra.sweeper.{key}={value} must be 1 or more")
+        for name in ("confirm_iterations", "coarse_points", "max_inconclusive", "confirm_trials"):
+            value = getattr(self, name)
+            if isinstance(value, float) and value.is_integer():
+                continue  # 8.0 is 8
+            if not isinstance(value, int):
+                raise UserError(f"hydra.sweeper.{name}={value!r} must be a whole number")
+        check_fields("hydra.sweeper.", self, SearchOptions)
         return self
 
     @property

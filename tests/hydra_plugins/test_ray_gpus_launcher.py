@@ -95,7 +95,7 @@ def test_a_refused_job_exits_2_with_one_line_before_ray_starts(sim_dir, tmp_path
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("dvfs sweep: error:")]
     assert (
         len(errors) == 1
-        and "job #1 (measure.repeats=0): measure.repeats=0 must be greater than 0" in errors[0]
+        and "job #1 (measure.repeats=0): measure.repeats=0 must be between 1 and 1000" in errors[0]
     )
     assert "starting" not in proc.stderr
     assert list(ray_tmp.iterdir()) == []  # no Ray session was ever started

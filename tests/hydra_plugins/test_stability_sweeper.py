@@ -151,7 +151,7 @@ def test_a_power_search_goes_downward_to_the_cap_that_still_holds_the_planted_cl
         (["hydra.sweeper.setting=workload.name"],
          "hydra.sweeper.setting=workload.name is not an ordered setting"),
         (["hydra.sweeper.confirm_iterations=0"],
-         "hydra.sweeper.confirm_iterations=0 must be 1 or more"),
+         "hydra.sweeper.confirm_iterations=0 must be between 1 and"),
         (["device.sm_clock_mhz=1005,1007"],
          "SM clock 1007 MHz is not supported by NVIDIA A100-SXM4-40GB"),
         (["device.sm_clock_mhz=1065"],

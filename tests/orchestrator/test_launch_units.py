@@ -78,7 +78,7 @@ def test_launcher_settings_accept_any_every_or_uuids_and_refuse_the_rest():
         LaunchSettings.from_mapping({"placement": "some"})
     with pytest.raises(UserError, match="list of GPU UUIDs"):
         LaunchSettings.from_mapping({"placement": [0, 1]})
-    with pytest.raises(UserError, match="timeout_s=-1 must be greater than 0"):
+    with pytest.raises(UserError, match="timeout_s=-1 must be greater than 0 and at most 86400 s"):
         LaunchSettings.from_mapping({"timeout_s": -1})
 
 

@@ -247,9 +247,9 @@ def test_a_device_without_offsets_refuses_an_offset_search():
         (SearchOptions(setting="workload"),
          "hydra.sweeper.setting=workload is not an ordered setting"),
         (SearchOptions(confirm_iterations=0),
-         "hydra.sweeper.confirm_iterations=0 must be 1 or more"),
-        (SearchOptions(coarse_points=1), "coarse_points=1 must be 2 or more"),
-        (SearchOptions(step=-5.0), "step=-5.0 must be greater than 0"),
+         "hydra.sweeper.confirm_iterations=0 must be between 1 and"),
+        (SearchOptions(coarse_points=1), "coarse_points=1 must be between 2 and 1000"),
+        (SearchOptions(step=-5.0), "step=-5 must be greater than 0 and at most"),
     ],
 )
 def test_bad_options_are_one_line_user_errors(options, message):

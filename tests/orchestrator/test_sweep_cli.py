@@ -45,18 +45,19 @@ def test_a_plain_sweep_runs_one_trial_and_prints_a_summary(tmp_path):
 @pytest.mark.parametrize(
     "override, message",
     [
-        (
-            "device.sm_clock_mhz=99999",
-            "SM clock 99999 MHz is not supported by NVIDIA A100-SXM4-40GB; "
+        (  # within every GPU's bound (5 GHz), not within this one's table
+            "device.sm_clock_mhz=3000",
+            "SM clock 3000 MHz is not supported by NVIDIA A100-SXM4-40GB; "
             "supported: 210-1410 MHz",
         ),
+        ("device.sm_clock_mhz=99999", "device.sm_clock_mhz=99999 must be between 1 and 5000 MHz"),
         (
             "device.power_limit_w=5000",
             "power limit 5000 W is out of range for NVIDIA A100-SXM4-40GB: 100-400 W",
         ),
         ("workload=nope", "Could not find 'workload/nope'"),
         ("workload.name=nope", "unknown workload 'nope'"),
-        ("measure.window_s=-1", "measure.window_s=-1.0 must be greater than 0"),
+        ("measure.window_s=-1", "measure.window_s=-1 must be greater than 0 and at most 3600 s"),
         ("measure.windw_s=2", "Key 'windw_s' not in 'MeasureConfig'"),
         ("device.profile=a99", "a99"),
         ("device.gpus=[5]", "no GPU with index 5"),

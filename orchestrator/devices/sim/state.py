@@ -274,6 +274,25 @@ class Machine:
         """A consistent snapshot of one GPU's state (a fresh dict: mutating it changes nothing)."""
         return self._gpu_store(index).read()
 
+    def changed(self) -> list[str]:
+        """The GPUs not at their defaults (a clock locked, a power limit or an offset changed) or
+        lost, each as ``gpu2 (sm clock locked, power limit 200 W)``: what a test or a chaos run
+        requires to be empty once every process is done."""
+        found = []
+        for i, profile in enumerate(self.profiles):
+            s = self.read(i)
+            what = [k for k, bad in (
+                ("sm clock locked", s["locked_sm_mhz"] is not None),
+                ("memory clock locked", s["locked_mem_mhz"] is not None),
+                (f"power limit {s['power_limit_w']} W",
+                 abs(s["power_limit_w"] - profile.power_limit_default_w) > 0.5),
+                (f"offset {s['offset_mhz']} MHz", s["offset_mhz"] != 0),
+                ("lost", s["lost"]),
+            ) if bad]
+            if what:
+                found.append(f"gpu{i} ({', '.join(what)})")
+        return found
+
     def is_lost(self, index: int) -> bool:
         """Whether GPU ``index`` has fallen off the bus (cheap: every NVML call asks)."""
         return self._gpu_store(index).is_lost()
