@@ -45,6 +45,7 @@ from orchestrator.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker, WorkerInfo
 log = logging.getLogger(__name__)
 
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine, loopback mode
+NICENESS_ENV = "RAY_worker_niceness"  # Ray nices its workers to 15; ours run the measurements
 CLOSE_WAIT_S = 15.0  # how long a closing pool waits for its workers to put their GPUs back
 
 
@@ -323,17 +324,23 @@ class GpuPool(EarlyStart):
         variable when it is first imported, and the processes ``ray.init`` starts inherit it; it
         is then taken out again, so that a later ``ray start`` of this process's children may
         still join a cluster. A user's own value wins.
+
+        A local instance's workers also run at the driver's priority: Ray nices them to 15, and a
+        worker is the sweep's real work (its trial's host-side dispatch is in the timed window).
+        Beside any other busy process a nice-15 worker gets a few percent of a core: on a 2-core
+        machine with two busy loops, a 25-minute test sweep ran at 6 % CPU and timed out.
+        (Cluster nodes are started by ``ray start``: docs/cluster.md says to set it there.)
         """
-        local_only = self.settings.address is None and LOCAL_ONLY_ENV not in os.environ
-        if local_only:
-            os.environ[LOCAL_ONLY_ENV] = "0"
+        wanted = {LOCAL_ONLY_ENV: "0", NICENESS_ENV: "0"} if self.settings.address is None else {}
+        added = [k for k in wanted if k not in os.environ]
+        os.environ.update({k: wanted[k] for k in added})
         try:
             if self.settings.address is None and self.device.get("backend") == "sim":
                 self._create_local_sim()
             self._ensure_ray()
         finally:
-            if local_only:
-                os.environ.pop(LOCAL_ONLY_ENV, None)
+            for k in added:
+                os.environ.pop(k, None)
         if self.started_ray:
             atexit.register(close_pool)  # after ray.init's own: runs before Ray shuts down
 

@@ -86,6 +86,39 @@ def test_dvfs_sweep_m_starts_a_local_ray_and_stores_a_row_for_every_job(sim_dir,
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
+def test_the_workers_of_the_ray_dvfs_sweep_starts_run_at_its_priority_not_nice_15(
+    sim_dir, tmp_path
+):
+    """Ray nices its workers to 15. A worker is the sweep's work (a trial's host-side dispatch is
+    inside its window): beside two busy loops on a 2-core machine a nice-15 worker got 6 % of a
+    core, and a 25-minute test sweep timed out. Its niceness is read while its trial runs."""
+    import threading
+
+    journal = sim_dir / "journal"
+    seen: list[int] = []
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set() and not seen:
+            for trace in journal.glob("*.trace"):
+                try:
+                    pid = json.loads(trace.read_text())["pid"]
+                    seen.append(os.getpriority(os.PRIO_PROCESS, pid))
+                except (OSError, ValueError, KeyError):  # being written, or ended meanwhile
+                    pass
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    proc = run("sweep", "-m", *QUICK, "device.sm_clock_mhz=1065,1410",
+               "device.inject={slow_s:0.02,times:null}", f"hydra.sweep.dir={tmp_path / 's'}")
+    done.set()
+    watcher.join()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert seen and set(seen) == {os.getpriority(os.PRIO_PROCESS, 0)}
+
+
 def test_a_refused_job_exits_2_with_one_line_before_ray_starts(sim_dir, tmp_path):
     ray_tmp = tmp_path / "ray"
     ray_tmp.mkdir()
