@@ -114,9 +114,9 @@ def task(cfg: Any, session: GpuSession) -> JobResult:
         claim_sweep_dir(job.store_dir)  # before any GPU: one sweep writes a directory at a time
         ctx = session.context(job.config.device, sweep_id=job.sweep_id)
         ctx.guard.check(job.request)  # policy and device support, before any change
+        store = ResultStore(job.store_dir)  # a corrupt store is refused here, and left as it is
         if _single_run():  # the multirun launchers say it as they start
             _say(f"results in {job.store_dir}")
-        store = ResultStore(job.store_dir)  # a corrupt store is refused here, and left as it is
     except DvfsError as e:
         if isinstance(e, UserError):
             print(f"dvfs sweep: error: {e}", file=sys.stderr)
