@@ -9,6 +9,7 @@ by the GPU model and says whether the call was faulted.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from orchestrator.devices.base import Fault, KernelWork
@@ -21,6 +22,14 @@ class SimBackend(NvmlBackend):
 
     def _make_device(self, handle: Any) -> SimDevice:
         return SimDevice(self, handle)
+
+    def close(self) -> None:
+        """Leave the GPUs this process held (``simReleaseProcess``: NVML no longer lists it
+        among their running processes, as when a worker's contexts go), then shut NVML down."""
+        if self._open:
+            with contextlib.suppress(self.nvml.NVMLError):
+                self.nvml.simReleaseProcess()
+        super().close()
 
 
 class SimDevice(NvmlDevice):

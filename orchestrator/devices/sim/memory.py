@@ -29,8 +29,8 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.devices.sim.driver import gpu_of
+from orchestrator.devices.sim.processes import CONTEXT_BYTES, held_bytes, hold
 
-CONTEXT_BYTES = 512 * 2**20
 DRIVER_GRANULE_BYTES = 2 * 2**20
 TF_FIRST_REGION_BYTES = 2 * 2**20
 
@@ -57,11 +57,14 @@ def process_bytes(in_use_bytes: int, framework: str) -> int:
 
 
 def simDeviceSetAllocatedBytes(handle: Any, nbytes: int) -> None:
-    """Sim extension: the bytes a process now holds on the GPU (0: it freed everything)."""
+    """Sim extension: the bytes the calling process now holds on the GPU; NVML lists it among
+    the GPU's running processes with that memory (0: it holds nothing and is not listed).
+    See ``processes.py``."""
     m, i = gpu_of(handle)
-    m.update(i, lambda s: s.update(allocated_bytes=max(int(nbytes), 0)))
+    m.update(i, lambda s: hold(s, max(int(nbytes), 0)))
 
 
 def allocated_bytes(state: dict[str, Any]) -> int:
-    """What processes hold on the GPU, from its state (0 when nothing ran)."""
-    return int(state.get("allocated_bytes", 0))
+    """What the live processes hold on the GPU, from its state (0 when none does). A record of
+    a process that has exited counts for nothing, as its memory went with it."""
+    return held_bytes(state)

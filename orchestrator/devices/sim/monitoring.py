@@ -19,12 +19,13 @@ public name; signatures, return types and structs are nvidia-ml-py's own.
   idle: 0 % over NVML's 167 ms sampling period.
 - Fans: every shipped board is passively cooled (SXM, or a passive PCIe card), so
   ``nvmlDeviceGetFanSpeed`` is ``NOT_SUPPORTED``, as on the real boards.
-- Processes: the sim does not know which processes hold a context on a GPU, so the compute,
-  graphics and MPS process lists are empty (as on a board nothing runs on).
+- Processes: ``processes.py`` records which processes hold each GPU (the workers) and answers
+  the running-process calls.
 - Persistence mode: off when the machine is made, settable by a privileged user
   (``nvmlDeviceSetPersistenceMode``); it changes nothing else in the model.
 - C2C (chip-to-chip, Grace Hopper's NVLink-C2C): no shipped board has the link, so
   ``nvmlDeviceGetC2cModeInfoV`` is ``NOT_SUPPORTED``.
+- Driver model (WDDM/TCC): Windows only, ``NOT_SUPPORTED`` as on Linux.
 - MIG mode: disabled (current and pending) on Ampere and Hopper; ``NOT_SUPPORTED`` before them.
 - Identity extras: the minor number is the index, the serial a fixed 13-digit number derived from
   the UUID, the brand ``NVML_BRAND_TESLA`` for "Tesla ..." boards and ``NVML_BRAND_NVIDIA`` for the
@@ -147,7 +148,7 @@ def nvmlDeviceGetMemoryInfo(handle: SimHandle, version: Any = None) -> Any:
     return info
 
 
-# --- utilisation, fans, processes -------------------------------------------------------------
+# --- utilisation, fans ---------------------------------------------------------------------------
 def _busy(s: dict[str, Any]) -> bool:
     return not int(s.get("reasons", 0)) & int(ClockEventReason.GPU_IDLE)
 
@@ -199,22 +200,6 @@ def nvmlDeviceGetNumFans(device: SimHandle) -> int:
     return 0
 
 
-def nvmlDeviceGetComputeRunningProcesses(handle: SimHandle) -> list[Any]:
-    """No process is known to hold a context (the sim does not track them): an empty list."""
-    gpu_of(handle)
-    return []
-
-
-nvmlDeviceGetComputeRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses
-nvmlDeviceGetComputeRunningProcesses_v2 = nvmlDeviceGetComputeRunningProcesses
-nvmlDeviceGetGraphicsRunningProcesses = nvmlDeviceGetComputeRunningProcesses
-nvmlDeviceGetGraphicsRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses
-nvmlDeviceGetGraphicsRunningProcesses_v2 = nvmlDeviceGetComputeRunningProcesses
-nvmlDeviceGetMPSComputeRunningProcesses = nvmlDeviceGetComputeRunningProcesses
-nvmlDeviceGetMPSComputeRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses
-nvmlDeviceGetMPSComputeRunningProcesses_v2 = nvmlDeviceGetComputeRunningProcesses
-
-
 # --- modes ------------------------------------------------------------------------------------
 def nvmlDeviceGetPersistenceMode(handle: SimHandle) -> int:
     """NVML's nvmlDeviceGetPersistenceMode: ``NVML_FEATURE_*``, off until set (privileged)."""
@@ -258,6 +243,33 @@ def nvmlDeviceGetMigMode(device: SimHandle) -> list[int]:
     if m.profiles[i].architecture not in _MIG_ARCHITECTURES:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     return [_real.NVML_DEVICE_MIG_DISABLE, _real.NVML_DEVICE_MIG_DISABLE]
+
+
+def nvmlDeviceGetDriverModel(handle: SimHandle) -> list[int]:
+    """The driver model (WDDM or TCC) is Windows only: ``NOT_SUPPORTED`` on the sim's Linux
+    driver, as NVML answers there (NVML API reference, ``nvmlDeviceGetDriverModel``)."""
+    gpu_of(handle)
+    raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+
+nvmlDeviceGetDriverModel_v2 = nvmlDeviceGetDriverModel
+nvmlDeviceGetDriverModel_v1 = nvmlDeviceGetDriverModel
+nvmlDeviceGetCurrentDriverModel = nvmlDeviceGetDriverModel
+nvmlDeviceGetPendingDriverModel = nvmlDeviceGetDriverModel
+
+
+def nvmlDeviceGetDisplayActive(handle: SimHandle) -> int:
+    """NVML's nvmlDeviceGetDisplayActive: no display is initialised on a data-center board,
+    ``NVML_FEATURE_DISABLED`` (nvidia-smi's "Disp.A Off")."""
+    gpu_of(handle)
+    return NVML_FEATURE_DISABLED
+
+
+def nvmlDeviceGetProcessUtilization(handle: SimHandle, timeStamp: int) -> list[Any]:
+    """The sim keeps no per-process utilisation samples: ``NOT_FOUND``, NVML's answer when no
+    sample is newer than ``timeStamp`` (nvmlDeviceGetUtilizationRates has the board's)."""
+    gpu_of(handle)
+    raise NVMLError(_real.NVML_ERROR_NOT_FOUND)
 
 
 def nvmlDeviceGetComputeMode(handle: SimHandle) -> int:

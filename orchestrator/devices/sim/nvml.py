@@ -19,7 +19,10 @@ The surface is one module, as ``pynvml`` is, built from several rooms: ``driver.
 reference-counted session and the handle checks), ``settings.py`` (what may be set, and setting
 it), ``telemetry.py`` (power, energy and field-value readings, and the accounting of kernel calls
 and idle time), ``health.py`` (temperature thresholds, ECC counters, events, a lost GPU),
-``monitoring.py`` (what monitoring clients ask beyond the adapter) and this module (handles,
+``monitoring.py`` (what monitoring clients ask beyond the adapter), ``processes.py`` (the
+processes that hold each GPU: NVML's running-process calls), ``entry_points.py`` (the C entry
+points ``_nvmlGetFunctionPointer`` hands out: C's arguments, C's return codes, so nvidia-ml-py's
+own wrappers and C-style callers such as nvitop run over the sim) and this module (handles,
 identity, the clocks a GPU runs at, the library's own lookups), which re-exports the others.
 
 The machine lives in a state directory (``$DVFS_SIM_STATE_DIR``, see ``state.py``). Calls named
@@ -40,7 +43,6 @@ records XID 79 (GPU has fallen off the bus), as the driver does.
 
 from __future__ import annotations
 
-import re
 import types
 from typing import Any
 
@@ -103,6 +105,7 @@ from orchestrator.devices.sim.driver import (  # noqa: F401 - the pynvml surface
     setter_of,
     simMachineStateDir,
 )
+from orchestrator.devices.sim.entry_points import entry_point
 from orchestrator.devices.sim.health import (  # noqa: F401 - the pynvml surface
     XID_GPU_FALLEN_OFF_BUS,
     SimEventData,
@@ -128,27 +131,25 @@ from orchestrator.devices.sim.monitoring import (  # noqa: F401 - the pynvml sur
     nvmlDeviceGetC2cModeInfoV,
     nvmlDeviceGetC2cModeInfoV1,
     nvmlDeviceGetComputeMode,
-    nvmlDeviceGetComputeRunningProcesses,
-    nvmlDeviceGetComputeRunningProcesses_v2,
-    nvmlDeviceGetComputeRunningProcesses_v3,
     nvmlDeviceGetCudaComputeCapability,
+    nvmlDeviceGetCurrentDriverModel,
     nvmlDeviceGetDecoderUtilization,
+    nvmlDeviceGetDisplayActive,
+    nvmlDeviceGetDriverModel,
+    nvmlDeviceGetDriverModel_v1,
+    nvmlDeviceGetDriverModel_v2,
     nvmlDeviceGetEncoderUtilization,
     nvmlDeviceGetFanSpeed,
     nvmlDeviceGetFanSpeed_v2,
-    nvmlDeviceGetGraphicsRunningProcesses,
-    nvmlDeviceGetGraphicsRunningProcesses_v2,
-    nvmlDeviceGetGraphicsRunningProcesses_v3,
     nvmlDeviceGetMemoryInfo,
     nvmlDeviceGetMigMode,
     nvmlDeviceGetMinorNumber,
-    nvmlDeviceGetMPSComputeRunningProcesses,
-    nvmlDeviceGetMPSComputeRunningProcesses_v2,
-    nvmlDeviceGetMPSComputeRunningProcesses_v3,
     nvmlDeviceGetNumFans,
+    nvmlDeviceGetPendingDriverModel,
     nvmlDeviceGetPerformanceState,
     nvmlDeviceGetPersistenceMode,
     nvmlDeviceGetPowerState,
+    nvmlDeviceGetProcessUtilization,
     nvmlDeviceGetSerial,
     nvmlDeviceGetTemperatureV,
     nvmlDeviceGetTemperatureV1,
@@ -159,6 +160,18 @@ from orchestrator.devices.sim.monitoring import (  # noqa: F401 - the pynvml sur
     nvmlSystemGetCudaDriverVersion_v2,
     nvmlSystemGetNVMLVersion,
     nvmlTemperature_v1,
+)
+from orchestrator.devices.sim.processes import (  # noqa: F401 - the pynvml surface
+    nvmlDeviceGetComputeRunningProcesses,
+    nvmlDeviceGetComputeRunningProcesses_v2,
+    nvmlDeviceGetComputeRunningProcesses_v3,
+    nvmlDeviceGetGraphicsRunningProcesses,
+    nvmlDeviceGetGraphicsRunningProcesses_v2,
+    nvmlDeviceGetGraphicsRunningProcesses_v3,
+    nvmlDeviceGetMPSComputeRunningProcesses,
+    nvmlDeviceGetMPSComputeRunningProcesses_v2,
+    nvmlDeviceGetMPSComputeRunningProcesses_v3,
+    simReleaseProcess,
 )
 from orchestrator.devices.sim.settings import (  # noqa: F401 - the pynvml surface
     nvmlDeviceGetEnforcedPowerLimit,
@@ -377,41 +390,55 @@ def simDeviceGetStabilityThresholdMhz(
 
 # --- the library's own lookups: function pointers, error strings, what is not simulated -------
 _nvmlGetFunctionPointer_cache: dict[str, Any] = {}  # noqa: N816 - pynvml's name
-_VERSION_SUFFIX = re.compile(r"_v\d+$")
-_PYNVML_HELPERS = frozenset({"nvmlStructToFriendlyObject", "nvmlFriendlyObjectToStruct"})
+_LIBRARY = frozenset({"_nvmlGetFunctionPointer", "_LoadNvmlLibrary", "nvmlLib"})
 
 
-def _simulated(name: str) -> Any:
-    """The function this module offers for the NVML entry point ``name`` (None: not simulated).
+def _library_free(module: types.ModuleType) -> frozenset[str]:
+    """The functions of nvidia-ml-py that never reach the C library, directly or through another
+    of its functions: its pure-Python helpers (``nvmlExceptionClass``, ``_nvmlCheckReturn``,
+    ``nvmlStructToFriendlyObject``...), which a client gets from here as they are."""
+    own = {n: f for n, f in vars(module).items()
+           if isinstance(f, types.FunctionType) and f.__module__ == module.__name__}
 
-    NVML's C symbols carry version suffixes that pynvml's Python names often drop
-    (``nvmlDeviceGetHandleByIndex_v2``, ``nvmlDeviceGetMemoryInfo_v2``,
-    ``nvmlDeviceGetComputeRunningProcesses_v3``, ``nvmlInit_v2``).
-    """
-    for candidate in (name, _VERSION_SUFFIX.sub("", name)):
-        fn = globals().get(candidate)
-        if isinstance(fn, types.FunctionType) and candidate.startswith("nvml"):
-            return fn
-    return None
+    def names(fn: types.FunctionType) -> set[str]:
+        found: set[str] = set()
+        for f in (fn, *(c.cell_contents for c in fn.__closure__ or ())):
+            if isinstance(f, types.FunctionType):
+                code = f.__code__
+                found |= set(code.co_names)
+                found |= {n for c in code.co_consts if isinstance(c, types.CodeType)
+                          for n in c.co_names}
+        return found
+
+    reaches = {n for n, f in own.items() if names(f) & _LIBRARY}
+    while True:  # a function that calls one that reaches the library reaches it too
+        more = {n for n, f in own.items() if n not in reaches and names(f) & reaches}
+        if not more:
+            return frozenset(own) - reaches
+        reaches |= more
+
+
+_PYNVML_HELPERS = _library_free(_real)
 
 
 def _nvmlGetFunctionPointer(name: str) -> Any:  # noqa: N802 - pynvml's name
-    """The entry point ``name`` of the simulated library, as nvidia-ml-py looks its own up.
+    """The C entry point ``name`` of the simulated library, as nvidia-ml-py looks its own up.
 
-    Cached in ``_nvmlGetFunctionPointer_cache`` (a client may fill it, as gpustat does). The
-    "pointer" is this module's Python function for that call, taking pynvml's arguments (not
-    ctypes ones): clients look entry points up to learn what the driver offers.
+    The entry point takes the C function's arguments and returns its ``nvmlReturn_t`` code, as
+    the real library's does (``entry_points.py``), so nvidia-ml-py's own wrappers and clients that
+    call NVML as C is called (nvitop) run over it. Cached in ``_nvmlGetFunctionPointer_cache``
+    (a client may fill it, as gpustat does).
 
     Raises:
         NVMLError_Uninitialized: ``nvmlInit`` has never succeeded in this process (the library
             is not loaded yet; after ``nvmlShutdown`` it stays loaded, as nvidia-ml-py's does).
-        NVMLError_FunctionNotFound: the sim does not simulate that entry point.
+        NVMLError_FunctionNotFound: the sim does not offer that entry point.
     """
     if name in _nvmlGetFunctionPointer_cache:
         return _nvmlGetFunctionPointer_cache[name]
     if not library_loaded():
         raise NVMLError(NVML_ERROR_UNINITIALIZED)
-    fn = _simulated(name)
+    fn = entry_point(name, globals())
     if fn is None:
         raise NVMLError(_real.NVML_ERROR_FUNCTION_NOT_FOUND)
     _nvmlGetFunctionPointer_cache[name] = fn
@@ -435,15 +462,16 @@ def _not_simulated(name: str) -> Any:
 def __getattr__(name: str) -> Any:
     """Every other name nvidia-ml-py has, so a client written against it finds it here too.
 
-    Its constants, structs and pure-Python helpers are nvidia-ml-py's own; each of its NVML calls
-    that the sim does not simulate raises ``NVMLError_FunctionNotFound`` (as on a driver that
-    lacks that entry point), and never reaches a real driver.
+    Its constants, structs, ctypes names and pure-Python helpers (``_PYNVML_HELPERS``) are
+    nvidia-ml-py's own; each of its functions that would call the C library, and that the sim
+    does not simulate, raises ``NVMLError_FunctionNotFound`` (as on a driver that lacks that
+    entry point), and never reaches a real driver.
     """
     if name.startswith("__") or not hasattr(_real, name):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(_real, name)
-    if isinstance(value, types.FunctionType) and name not in _PYNVML_HELPERS:
+    if (isinstance(value, types.FunctionType) and value.__module__ == _real.__name__
+            and name not in _PYNVML_HELPERS):
         value = _not_simulated(name)
     globals()[name] = value
     return value
-

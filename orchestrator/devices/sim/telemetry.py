@@ -22,7 +22,7 @@ from typing import Any
 import pynvml as _real
 
 from orchestrator.devices.base import ClockEventReason, Fault, KernelWork
-from orchestrator.devices.sim import model, sensors
+from orchestrator.devices.sim import model, processes, sensors
 from orchestrator.devices.sim.driver import SimHandle, gpu_of
 from orchestrator.devices.sim.profile import PowerSensor
 from orchestrator.devices.sim.state import Machine
@@ -195,6 +195,7 @@ def simDeviceRecordKernelCall(handle: SimHandle, work: KernelWork) -> SimCallRes
     unthrottled, above the cap, for the filter's length after a load starts or the cap is
     lowered, then at the model's capped point; a call across that moment runs in two phases.
     The result's power, clock and fault are the call's last phase (where the board is now).
+    The calling process holds the GPU from its first call on (``processes.py``).
     """
     m, i = gpu_of(handle)
     p = m.profiles[i]
@@ -234,6 +235,7 @@ def simDeviceRecordKernelCall(handle: SimHandle, work: KernelWork) -> SimCallRes
             uniform = model.call_uniform(m.spec.seed, m.gpus[i].uuid, s["calls"])
             fault = model.draw_fault(prob, uniform)
         s["calls"] += 1
+        processes.hold_once(s)  # a process that runs kernels on a GPU holds a context there
         power_mw = int(round(op.power_w * 1000))
         return SimCallResult(duration, energy, power_mw, op.sm_clock_mhz, fault)
 

@@ -72,7 +72,7 @@ def test_gpustat_shows_the_simulated_gpus_as_they_are(machine):
         gpu_temp = sim.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
         assert gpu["temperature.gpu"] == gpu_temp
         assert gpu["enforced.power.limit"] == sim.nvmlDeviceGetEnforcedPowerLimit(h) // 1000
-        assert gpu["fan.speed"] is None and gpu["processes"] == []  # passive boards, no contexts
+        assert gpu["fan.speed"] is None  # passive boards
     assert (a100["name"], h200["name"]) == ("NVIDIA A100-SXM4-40GB", "NVIDIA H200")
     assert (a100["memory.total"], h200["memory.total"]) == (40 * 1024, 141 * 1024)  # MiB
     assert a100["enforced.power.limit"] == 400 and h200["enforced.power.limit"] == 700
@@ -81,6 +81,9 @@ def test_gpustat_shows_the_simulated_gpus_as_they_are(machine):
     assert a100["utilization.gpu"] == 100 and h200["utilization.gpu"] == 0
     assert h200["power.draw"] == round(load_profile("h200_141gb").idle_power_w)
     assert lost["index"] == 2 and lost["name"] == "((GPU is lost))"  # its handle is refused
+    # this process ran kernels on the A100: it holds a context there, and nothing holds the H200
+    assert [(p["pid"], p["gpu_memory_usage"]) for p in a100["processes"]] == [(os.getpid(), 512)]
+    assert h200["processes"] == []
 
 
 def test_gpustat_sees_no_gpu_without_a_simulated_machine(tmp_path):
@@ -102,9 +105,9 @@ def test_function_pointers_are_looked_up_cached_and_refused_as_pynvml_does(tmp_p
         pynvml.nvmlInit()
         fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetHandleByIndex_v2")
         cache = pynvml._nvmlGetFunctionPointer_cache
-        print(fn is pynvml.nvmlDeviceGetHandleByIndex, "nvmlDeviceGetHandleByIndex_v2" in cache)
+        print(fn is cache["nvmlDeviceGetHandleByIndex_v2"], fn.__name__)
         v2 = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetMemoryInfo_v2")
-        print(v2 is pynvml.nvmlDeviceGetMemoryInfo)
+        print(v2 is pynvml._nvmlGetFunctionPointer("nvmlDeviceGetMemoryInfo_v2"))
         for name in ("nvmlDeviceGetBAR1MemoryInfo", "nvmlNoSuchCall", "simDeviceIdle"):
             try:
                 pynvml._nvmlGetFunctionPointer(name)
@@ -122,7 +125,7 @@ def test_function_pointers_are_looked_up_cached_and_refused_as_pynvml_does(tmp_p
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
         "uninitialized before init",
-        "True True",
+        "True nvmlDeviceGetHandleByIndex_v2",
         "True",
         "not found nvmlDeviceGetBAR1MemoryInfo",
         "not found nvmlNoSuchCall",
