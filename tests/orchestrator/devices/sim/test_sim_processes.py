@@ -148,11 +148,14 @@ def test_a_worker_that_closes_its_backend_is_no_longer_listed_while_it_lives(sta
     assert used(0) == 0
 
 
-def test_a_record_of_a_pid_since_given_to_another_process_is_not_listed(machine):
-    m = Machine(machine)
-    mine = {"pid": os.getpid(), "started": process_start(os.getpid()) + 1, "used_bytes": GIB}
-    m.update(0, lambda s: s.update({PROCESSES: [mine]}))
-    assert listed(0) == {}  # same pid, another start: the process recorded has exited
+def test_a_record_of_a_pid_since_given_to_another_process_is_not_listed(start_worker, machine):
+    worker = start_worker(0, GIB)
+    started = process_start(worker.pid)
+    stale = {"pid": worker.pid, "started": started + 1, "used_bytes": 2 * GIB}
+    mine = {"pid": os.getpid(), "started": process_start(os.getpid()), "used_bytes": GIB}
+    Machine(machine).update(1, lambda s: s.update({PROCESSES: [stale, mine]}))
+    assert listed(1) == {os.getpid(): GIB}  # same pid, another start: that process has exited
+    assert listed(0) == {worker.pid: worker.held_bytes}  # the pid's own record still counts
 
 
 def test_records_of_dead_processes_are_dropped_at_the_next_write(machine):
