@@ -9,8 +9,11 @@ Where the simulated machine's state and the guard's journal live is decided here
 
 - sim state: ``device.state_dir``, else ``$DVFS_SIM_STATE_DIR``, else a directory under
   ``~/.cache/dvfs/sim`` named after the machine's spec (profile, count, seed, scenario), so that
-  two different simulated machines never share state. The chosen directory is exported as
-  ``DVFS_SIM_STATE_DIR`` so that child processes (Ray workers, ``dvfs restore``) see the same GPUs.
+  two different simulated machines never share state. A state directory the user names holds one
+  machine itself and every other one (another board, count or seed) in ``machines/<name>``
+  (``sim.state.machine_dir``), so a sweep over boards needs no directory per board. The chosen
+  directory is exported as ``DVFS_SIM_STATE_DIR`` so that child processes (Ray workers,
+  ``dvfs restore``) see the same GPUs; the boards beside it are still found from there.
 - journal: ``device.journal_dir``, else ``$DVFS_JOURNAL_DIR``, else ``<sim state>/journal`` on
   the sim, ``/var/lib/dvfs/journal`` as root or ``~/.local/state/dvfs/journal`` on real GPUs,
   and the same with ``journal-cpu`` for the CPU (which the guard only leases, since nothing on it
@@ -95,29 +98,46 @@ def _sim_spec(cfg: Any) -> dict[str, Any]:
     }
 
 
-def sim_state_dir(cfg: Any) -> Path:
-    """The simulated machine's state directory for this device config (see module docstring)."""
-    explicit = _get(cfg, "state_dir") or os.environ.get(SIM_STATE_ENV)
-    if explicit:
-        return Path(explicit).expanduser().resolve()
-    spec = _sim_spec(cfg)
+def _machine_name(spec: dict[str, Any]) -> str:
+    """The directory name of one simulated machine: ``h100_sxm5_80gbx1-<sha>``."""
     identity = json.dumps(spec, sort_keys=True)
     profile = Path(spec["profiles"])
     if profile.is_absolute() and profile.is_file():  # a user's file: its content is the machine too
         identity += hashlib.sha1(profile.read_bytes()).hexdigest()
     digest = hashlib.sha1(identity.encode()).hexdigest()[:10]
-    name = f"{profile.stem}x{spec['count']}-{digest}"
-    return Path.home() / ".cache" / "dvfs" / "sim" / name
+    return f"{profile.stem}x{spec['count']}-{digest}"
 
 
-def journal_dir(cfg: Any) -> Path:
-    """Where the guard's journal for this backend lives (see module docstring)."""
+def sim_state_dir(cfg: Any, *, join_existing: bool = False) -> Path:
+    """The simulated machine's state directory for this device config (see module docstring).
+
+    Args:
+        join_existing: as :func:`open_backend`'s: where no machine of this config's spec is
+            found, the machine already in the state directory is the one meant.
+    """
+    explicit = _get(cfg, "state_dir") or os.environ.get(SIM_STATE_ENV)
+    spec = _sim_spec(cfg)
+    if explicit:
+        from orchestrator.devices.sim.state import machine_dir
+
+        root = Path(explicit).expanduser().resolve()
+        return machine_dir(root, _machine_name(spec), join_existing=join_existing, **spec)
+    return Path.home() / ".cache" / "dvfs" / "sim" / _machine_name(spec)
+
+
+def journal_dir(cfg: Any, *, join_existing: bool = False) -> Path:
+    """Where the guard's journal for this backend lives (see module docstring).
+
+    Args:
+        join_existing: on the sim, the journal of the machine :func:`open_backend` joins with the
+            same flag (a worker's, ``dvfs restore``'s).
+    """
     explicit = _get(cfg, "journal_dir") or os.environ.get(JOURNAL_ENV)
     if explicit:
         return Path(explicit).expanduser().resolve()
     backend = _get(cfg, "backend", "sim")
     if backend == "sim":
-        return sim_state_dir(cfg) / "journal"
+        return sim_state_dir(cfg, join_existing=join_existing) / "journal"
     name = "journal-cpu" if backend == "cpu" else "journal"
     if os.geteuid() == 0:
         return Path("/var/lib/dvfs") / name
@@ -133,8 +153,9 @@ def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend | CpuB
 
     Args:
         cfg: the ``device`` config (a DeviceConfig, DictConfig or dict).
-        join_existing: on the sim, use the machine already in the state directory whatever its
-            spec (``dvfs restore`` and ``dvfs devices`` join; a sweep insists on its own spec).
+        join_existing: on the sim, use the machine of this spec in the state directory, else the
+            one already there whatever its spec (``dvfs restore``, ``dvfs devices`` and a
+            worker join; a sweep insists on its own spec, in ``machines/`` beside another).
 
     Raises:
         UserError: an unknown backend or simulated profile, or no NVIDIA driver for ``nvml``.
@@ -153,7 +174,7 @@ def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend | CpuB
         from orchestrator.devices.sim.state import MachineSpecError, create_machine
         from orchestrator.devices.sim_device import SimBackend
 
-        state = sim_state_dir(cfg)
+        state = sim_state_dir(cfg, join_existing=join_existing)
         if not (join_existing and (state / "machine.json").exists()):
             try:
                 create_machine(state, **_sim_spec(cfg))

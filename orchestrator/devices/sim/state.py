@@ -193,6 +193,69 @@ def _describe(spec: dict[str, Any]) -> str:
     return f"{len(names)} x {', '.join(kinds)}, seed {spec['seed']}"
 
 
+MACHINES_DIR = "machines"
+"""A state directory keeps the machines of other boards in ``<state dir>/machines/<name>``."""
+_UNREADABLE: dict[str, Any] = {"unreadable": True}
+
+
+def _held(root: Path) -> dict[str, Any] | None:
+    """The spec of the machine in ``root``; None: no machine there."""
+    path = root / MACHINE_FILE
+    if not path.is_file():
+        return None
+    try:
+        return dict(json.loads(path.read_text())["spec"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return _UNREADABLE
+
+
+def machine_dir(
+    state_dir: str | os.PathLike[str], name: str, *, join_existing: bool = False, **spec: Any
+) -> Path:
+    """Where the machine of ``spec`` (:func:`create_machine`'s arguments) lives under a state
+    directory, so that one state directory serves every board a user compares.
+
+    A state directory holds one machine itself (the first made there: a directory made before
+    boards had their own keeps working as it was) and every other machine in
+    ``machines/<name>`` (``name`` tells the machine apart: its profile, count and a digest of
+    its spec). The directory of a machine in ``machines/`` leads back to its state directory,
+    so a process that exported it (``DVFS_SIM_STATE_DIR``) finds the other boards beside it.
+
+    Args:
+        state_dir: the state directory (``device.state_dir`` or ``$DVFS_SIM_STATE_DIR``).
+        name: the machine's directory name under ``machines/``.
+        join_existing: the machine the state directory itself holds is taken whatever its spec
+            when no machine of this spec is there (``dvfs restore``, a cluster node's workers).
+
+    Returns:
+        The machine's directory (it may not exist yet).
+    """
+    given = Path(state_dir)
+    try:
+        wanted = asdict(_machine_spec(**spec))
+    except (ProfileError, MachineSpecError):
+        return given  # refused by create_machine there, in its own words
+
+    def holds(root: Path) -> bool:
+        held = _held(root)
+        return held is _UNREADABLE or held == wanted  # unreadable: opening it says what is wrong
+
+    if holds(given):
+        return given
+    in_machines = given.parent.name == MACHINES_DIR and _held(given) is not None
+    root = given.parent.parent if in_machines else given
+    if root != given and holds(root):
+        return root
+    board = root / MACHINES_DIR / name
+    if _held(board) is not None:
+        return board
+    if join_existing:  # the machine of the state directory itself, whatever its spec
+        for joined in (root, given):
+            if _held(joined) is not None:
+                return joined
+    return root if root == given and _held(root) is None else board
+
+
 def fresh_gpu_state(profile: GpuProfile) -> dict[str, Any]:
     """A GPU as the driver leaves it at load: defaults everywhere, idle, zero energy."""
     return {
