@@ -3,7 +3,9 @@
 - :func:`pareto_figure`: energy vs time per iteration, one panel per workload, the Pareto front
   of each series, the default and recommended settings labelled, each point's SM clock;
 - :func:`clocks_figure`: throughput, power and energy per unit of work against the SM clock, a
-  row per workload, the clock ranges where checks failed shaded.
+  row per workload, the clock ranges where checks failed shaded;
+- :func:`boards_figure`: each board at its best and its default setting, per computation (only
+  when the rows hold two boards or more).
 
 Figures are made with matplotlib's object API on an Agg canvas (no pyplot, no global state);
 matplotlib is imported only when a figure is drawn.
@@ -136,5 +138,61 @@ def clocks_figure(df: pd.DataFrame, agg: pd.DataFrame, thr: pd.DataFrame,
     fig.suptitle("Response to the SM clock limit (medians of usable repeats; dots: every repeat)",
                  fontsize=12)
     png = out / "clocks.png"
+    fig.savefig(png, dpi=DPI)
+    return png
+
+
+def boards_figure(boards: pd.DataFrame, agg: pd.DataFrame, image_size: tuple[int, int],
+                  out: Path) -> Path:
+    """Writes ``boards.png``: per computation, each board at its best setting (filled) and its
+    default setting (hollow, joined to it), energy vs time per iteration.
+
+    Args:
+        boards: :func:`analysis.boards.compare_boards` (not empty).
+        agg: :func:`analysis.aggregate_repeats` of the rows (where the default settings are).
+        image_size: (width, height) in pixels.
+        out: The directory to write into.
+    """
+    from analysis.boards import COMPUTATION
+    from analysis.plot_style import plain_formatter, si_scale, style_of
+
+    groups = group_positions(boards, COMPUTATION)
+    fig = _figure(image_size)
+    nrows, ncols = _grid(len(groups))
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+    styles = series_styles([str(n) for n in boards["device_name"]])
+    defaults = agg[agg["default_setting"].astype(bool)] if "default_setting" in agg else agg[:0]
+    for ax, (key, pos) in zip(axes, groups):
+        sub = boards.iloc[pos]
+        tf, tunit = si_scale(sub["time_per_iter_s"].to_numpy(dtype=float), "s")
+        ef, eunit = si_scale(sub["energy_per_iter_j"].to_numpy(dtype=float), "J")
+        for _, r in sub.iterrows():
+            st = style_of(styles, str(r["device_name"]))
+            t, e = float(r["time_per_iter_s"]) / tf, float(r["energy_per_iter_j"]) / ef
+            ax.plot([t], [e], ls="none", marker=st["marker"], color=st["color"], ms=9,
+                    label=str(r["device_name"]))
+            ax.annotate(str(r["device_name"]), (t, e), xytext=(6, 4),
+                        textcoords="offset points", fontsize=8)
+            d = defaults[(defaults["device_name"] == r["device_name"]) & np.logical_and.reduce(
+                [defaults[c].astype(str) == str(key[c]) for c in COMPUTATION])]
+            if len(d) and not bool(r.get("default_setting")):
+                dt = float(d["time_per_iter_s"].iat[0]) / tf
+                de = float(d["energy_per_iter_j"].iat[0]) / ef
+                ax.plot([dt, t], [de, e], color=st["color"], lw=0.8, ls=":")
+                ax.plot([dt], [de], ls="none", marker=st["marker"], mfc="none",
+                        color=st["color"], ms=9)
+        ax.set_title(" / ".join(str(key[c]) for c in COMPUTATION if not is_missing(key[c])),
+                     fontsize=10)
+        ax.set_xlabel(f"time per iteration ({tunit})")
+        ax.set_ylabel(f"energy per iteration ({eunit})")
+        ax.xaxis.set_major_formatter(plain_formatter())
+        ax.yaxis.set_major_formatter(plain_formatter())
+        ax.margins(0.15)
+    for ax in axes[len(groups):]:
+        ax.set_visible(False)
+    fig.suptitle("Boards side by side: each at its best setting (filled) and its default setting "
+                 "(hollow); lower left is better",
+                 fontsize=12)
+    png = out / "boards.png"
     fig.savefig(png, dpi=DPI)
     return png

@@ -61,6 +61,7 @@ class ReportData:
     thr: pd.DataFrame
     max_slowdown: float
     files: dict[str, Path]
+    boards: pd.DataFrame | None = None  # :func:`analysis.boards.compare_boards`; None: not run
 
     @property
     def failed_any(self) -> bool:
@@ -188,6 +189,42 @@ def recommendations(doc: Doc, d: ReportData) -> None:
     doc.image(d.files["pareto.png"], "Energy vs time per iteration; the step line is each "
                                      "series' Pareto front, small numbers are SM clock limits "
                                      "in MHz")
+
+
+_OBJECTIVE_WORDS = {"energy_per_work": "least energy per iteration", "time_per_work":
+                    "least time per iteration", "edp": "least EDP", "ed2p": "least ED²P"}
+
+
+def boards(doc: Doc, d: ReportData) -> None:
+    """Each board at its own best setting, per computation (only when there are two boards)."""
+    if d.boards is None or not len(d.boards):
+        return
+    doc.h(2, "Boards side by side")
+    objective = str(d.boards["objective"].iat[0])
+    doc.p(f"Per computation, each board at the setting that is best on it for the sweep's "
+          f"objective ({_OBJECTIVE_WORDS.get(objective, objective)}), among its usable settings: "
+          "one iteration is the same work on every board, so time and energy per iteration are "
+          "per unit of work. 'x best' is the board's value over the least of the boards "
+          "(1: the best board).")
+    shown = d.boards.assign(setting=[setting_label(r) for _, r in d.boards.iterrows()])
+    times, tunit = scaled(shown, "time_per_iter_s", "s")
+    energies, eunit = scaled(shown, "energy_per_iter_j", "J")
+    table = display(shown, [*DEFAULT_GROUP, "setting", "time_per_iter_s", "time_vs_best",
+                            "energy_per_iter_j", "energy_vs_best", "avg_power_w",
+                            "observed_sm_clock_mhz", "n_settings"])
+    table["time_per_iter_s"], table["energy_per_iter_j"] = times, energies
+    table, common = collapse_constant(table, [c for c in DEFAULT_GROUP if c != "device_name"])
+    if common:
+        doc.p(common)
+    doc.table(table.rename(columns={
+        **READABLE, "device_name": "board", "time_per_iter_s": f"time/iter ({tunit})",
+        "energy_per_iter_j": f"energy/iter ({eunit})", "time_vs_best": "time x best",
+        "energy_vs_best": "energy x best", "avg_power_w": "power (W)",
+        "observed_sm_clock_mhz": "SM clock seen (MHz)", "n_settings": "usable settings"}),
+        limit=200)
+    if "boards.png" in d.files:
+        doc.image(d.files["boards.png"], "Each board at its best setting (filled) and at its "
+                                         "default setting (hollow), per computation")
 
 
 def stability(doc: Doc, d: ReportData) -> None:
@@ -342,8 +379,8 @@ def versions(doc: Doc, d: ReportData) -> None:
 
 
 SECTIONS: tuple[Callable[[Doc, ReportData], None], ...] = (
-    header, summary, recommendations, stability, comparisons, memory, failures, not_measured,
-    configuration, devices, versions,
+    header, summary, recommendations, boards, stability, comparisons, memory, failures,
+    not_measured, configuration, devices, versions,
 )
 """The report's sections, in reading order."""
 

@@ -9,7 +9,9 @@ committed) and writes, into one directory:
   per workload, with the clock ranges where failures were seen shaded;
 - ``report.md`` and ``report.html`` (one self-contained file: images inline as base64 data URIs);
 - ``trials.csv`` (every row), ``front.csv`` (every setting, with ``on_front`` and why a setting
-  was excluded), ``recommendations.csv`` and, when any trial failed, ``thresholds.csv``.
+  was excluded), ``recommendations.csv`` and, when any trial failed, ``thresholds.csv``;
+- when the trials ran on two boards or more (GPU models): ``boards.csv`` and ``boards.png``,
+  each board at its own best setting per computation (:mod:`analysis.boards`).
 
 The report reads top-down as a user asks: a summary (per workload and framework: the setting of
 least energy, of least EDP and of least energy within the slowdown budget, with their changes in
@@ -29,8 +31,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from analysis._figures import clocks_figure, pareto_figure
+import pandas as pd
+
+from analysis._figures import boards_figure, clocks_figure, pareto_figure
 from analysis._sections import ReportData, build_doc
+from analysis.boards import compare_boards, sweep_objective
 from analysis.load import PathsLike, export, load, load_meta
 from analysis.pareto import pareto_front
 from analysis.recommend import aggregate_repeats, recommend
@@ -82,8 +87,8 @@ def write_report(
     front = pareto_front(agg)
     front = front if front.index.is_unique else front.reset_index(drop=True)
     recs = recommend(agg, max_slowdown=max_slowdown)
-    thr = thresholds(df)
-    data = ReportData(df, stores, front, recs, thr, max_slowdown, {})
+    thr, boards = thresholds(df), compare_boards(agg, sweep_objective(df))  # boards: 2 or more
+    data = ReportData(df, stores, front, recs, thr, max_slowdown, {}, boards)
 
     files = data.files
     files["trials.csv"] = export(df, out / "trials.csv")
@@ -94,12 +99,22 @@ def write_report(
     texts = label_texts(front, recs)
     files["pareto.png"], files["pareto.svg"] = pareto_figure(front, recs, texts, (w, h), out)
     files["clocks.png"] = clocks_figure(df, agg, thr, (w, h), out)
+    files.update(_board_files(boards, agg, (w, h), out))
 
     doc = build_doc(data)
     (out / "report.md").write_text(doc.markdown(), encoding="utf-8")
     (out / "report.html").write_text(doc.html("dvfs sweep report"), encoding="utf-8")
     files["report.md"], files["report.html"] = out / "report.md", out / "report.html"
     return files
+
+
+def _board_files(boards: pd.DataFrame, agg: pd.DataFrame, image_size: tuple[int, int],
+                 out: Path) -> dict[str, Path]:
+    """``boards.csv`` and ``boards.png`` when the trials ran on two boards or more."""
+    if not len(boards):
+        return {}
+    return {"boards.csv": export(boards, out / "boards.csv"),
+            "boards.png": boards_figure(boards, agg, image_size, out)}
 
 
 # -- command line --------------------------------------------------------------------------------
@@ -164,8 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     print(f"report written to {out}")
-    for name in ("report.html", "report.md", "pareto.png", "clocks.png"):
-        print(f"  {files[name]}")
+    for name in ("report.html", "report.md", "pareto.png", "clocks.png", "boards.png"):
+        if name in files:
+            print(f"  {files[name]}")
     return 0
 
 
