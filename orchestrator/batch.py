@@ -101,8 +101,9 @@ class JobStream:
         self.first_num = first_num
         self.timeout_s = timeout_s
         self.whats = distinct_overrides(self.overrides)
+        self._nums = list(range(first_num, first_num + len(self.overrides)))
         self.samples: list[Job] = []  # the first job with each distinct override (``check``)
-        self._machine = ""
+        self._machines: dict[str, Job] = {}  # machine key -> its first checked job
         self._dirs: set[Path] = set()
         self._gpus: set[str] = set()
         self.taken = 0
@@ -113,9 +114,9 @@ class JobStream:
         return len(self.overrides)
 
     @property
-    def nums(self) -> range:
+    def nums(self) -> list[int]:
         """Hydra's job numbers of the batch, in order."""
-        return range(self.first_num, self.first_num + self.total)
+        return self._nums
 
     @property
     def exhausted(self) -> bool:
@@ -123,11 +124,10 @@ class JobStream:
         return self.taken >= self.total
 
     def check(self) -> None:
-        """Compose one job per distinct override; check they can share one machine.
+        """Compose one job per distinct override; learn the machines the batch runs on.
 
         Raises:
-            UserError: a refused value, naming its first job; jobs that differ in a device key
-                one pool cannot serve (``device.count``, ``device.backend``...).
+            UserError: a refused value, naming its first job; a store or GPUs made per job.
         """
         try:
             firsts = self.composer.check_values(self.overrides, self.first_num)
@@ -136,23 +136,24 @@ class JobStream:
             also = f" (and {more} more refused job(s))" if more else ""
             raise UserError(f"job #{self.first_num + i} ({self.whats[i]}): {e}{also}; nothing "
                             "was run") from e
-        self.samples = [self._job(i, spec) for i, spec in firsts]
-        self._machine = machine_key(self.samples[0].device) if self.samples else ""
-        self._dirs = {j.store_dir for j in self.samples}
-        self._gpus = {j.gpus_key for j in self.samples}
-        self._fits(self.samples)
+        self._learn([self._job(i, spec) for i, spec in firsts])
+
+    def _learn(self, samples: list[Job]) -> None:
+        """What the checked jobs tell: the machines, stores and GPU selections of the batch."""
+        self.samples = samples
+        self._machines = {}
+        for job in samples:
+            self._machines.setdefault(machine_key(job.device), job)
+        self._dirs = {j.store_dir for j in samples}
+        self._gpus = {j.gpus_key for j in samples}
+        self._fits(samples)
 
     def _fits(self, jobs: list[Job]) -> None:
         """Jobs the checked ones did not foresee (a store, GPUs or a machine of their own) are
         refused: the pool and the claimed stores were set up for the checked ones."""
         for job in jobs:
-            if machine_key(job.device) != self._machine:
-                raise UserError(
-                    "hydra/launcher=ray_gpus runs one machine per sweep, but these jobs differ in "
-                    f"{', '.join(differing_device_keys([self.samples[0], job]))}: run them as "
-                    "separate sweeps (the same store_dir gathers them) or with "
-                    "hydra/launcher=basic"
-                )
+            if machine_key(job.device) not in self._machines:
+                raise UserError(one_machine_message([self.first, job]))
             if job.store_dir not in self._dirs or job.gpus_key not in self._gpus:
                 raise UserError(f"job #{job.num} ({job.what}): its store_dir or device.gpus is "
                                 "made per job (an interpolation): set it for the sweep instead")
@@ -173,6 +174,44 @@ class JobStream:
     def rewind(self) -> None:
         """Start again from the first job (the jobs are made again, the same)."""
         self.taken = 0
+
+    # --- one machine at a time -----------------------------------------------------------------
+    @property
+    def machine_firsts(self) -> list[Job]:
+        """The first checked job of each machine the batch runs on (one: a single machine)."""
+        return list(self._machines.values())
+
+    def by_machine(self) -> list[JobStream]:
+        """The batch as one checked stream per machine, in the order each machine first comes
+        (itself when the batch runs on one): a pool of workers serves one machine.
+
+        Each job is composed once to learn its machine (a dictionary lookup and a few checks
+        each): a batch spans machines when it compares boards, and the boards' jobs may
+        interleave in any order.
+        """
+        if len(self._machines) <= 1:
+            return [self]
+        parts: dict[str, list[tuple[int, JobSpec]]] = {}
+        for i in range(self.total):
+            spec = self._spec(i)
+            parts.setdefault(machine_key(spec.device), []).append((i, spec))
+        return [self._part(jobs) for jobs in parts.values()]
+
+    def _part(self, jobs: list[tuple[int, JobSpec]]) -> JobStream:
+        """The stream of these jobs of the batch (positions and specs), checked as ``check``
+        would: the first job with each of their distinct overrides is a sample."""
+        part = JobStream(self.composer, [self.overrides[i] for i, _ in jobs], 0, self.timeout_s)
+        part._nums = [self._nums[i] for i, _ in jobs]
+        part.whats = [self.whats[i] for i, _ in jobs]
+        seen: set[str] = set()
+        samples = []
+        for pos, (i, spec) in enumerate(jobs):
+            if samples and all(o in seen for o in self.overrides[i]):
+                continue
+            seen.update(self.overrides[i])
+            samples.append(part._job(pos, spec))
+        part._learn(samples)
+        return part
 
     # --- what the checked jobs tell ------------------------------------------------------------
     @property
@@ -206,14 +245,14 @@ class JobStream:
 
     def _spec(self, i: int) -> JobSpec:
         try:
-            return self.composer.spec(self.overrides[i], self.first_num + i)
+            return self.composer.spec(self.overrides[i], self._nums[i])
         except UserError as e:
-            raise UserError(f"job #{self.first_num + i} ({self.whats[i]}): {e}; the sweep stops "
+            raise UserError(f"job #{self._nums[i]} ({self.whats[i]}): {e}; the sweep stops "
                             "here (stored trials are kept, a re-run resumes)") from e
 
     def _job(self, i: int, spec: JobSpec) -> Job:
         timeout_s = float(self.timeout_s or spec.config.measure.timeout_s)
-        return Job(self.first_num + i, self.overrides[i], spec, timeout_s, self.whats[i])
+        return Job(self._nums[i], self.overrides[i], spec, timeout_s, self.whats[i])
 
 
 def distinct_overrides(job_overrides: list[Any]) -> list[str]:
@@ -221,6 +260,15 @@ def distinct_overrides(job_overrides: list[Any]) -> list[str]:
     lists = [list(o) for o in job_overrides]
     common = set.intersection(*(set(o) for o in lists)) if len(lists) > 1 else set()
     return [" ".join(o for o in ov if o not in common) or "no overrides" for ov in lists]
+
+
+def one_machine_message(jobs: list[Job]) -> str:
+    """Why jobs on different machines cannot share this sweep (``jobs``: one per machine)."""
+    return (
+        "hydra/launcher=ray_gpus runs one machine per sweep, but these jobs differ in "
+        f"{', '.join(differing_device_keys(jobs))}: run them as separate sweeps (the same "
+        "store_dir gathers them) or with hydra/launcher=basic"
+    )
 
 
 def differing_device_keys(jobs: list[Job]) -> list[str]:

@@ -17,6 +17,10 @@
    in flight), schedules them, handles failures and stores rows as they finish, skipping stored
    trials (resume, one keyed store query per chunk of jobs).
 
+**Boards side by side.** A batch over several simulated machines (``device.profile=a,b,c``)
+runs machine by machine (:func:`run_machines`): each machine's jobs on a pool of their own, into
+the same stores. Real GPUs are one machine per host, so there a batch is one machine.
+
 **Concurrent sweeps.** A worker holds its GPU's lease (the guard's per-GPU lock file) from its first
 trial to the end of the sweep. A worker of a second sweep that finds the lease taken waits and
 retries (showing ``waiting for lease`` on the progress line) until the first sweep releases the GPU
@@ -39,7 +43,7 @@ from typing import Any
 
 from orchestrator import estimate
 from orchestrator.admit import refusals
-from orchestrator.batch import JobStream, already_stored
+from orchestrator.batch import JobStream, already_stored, differing_device_keys, one_machine_message
 from orchestrator.bounds import Bound, bounded, check_fields
 from orchestrator.errors import UserError
 from orchestrator.jobs import RETRY_POLICIES
@@ -160,7 +164,7 @@ def launch_batch(
     stream = JobStream(composer_for(config, hydra_context), job_overrides, initial_job_idx,
                        settings.timeout_s)
     stream.check()
-    results = run_jobs(stream, settings, limit_hours=estimate.max_hours(config.hydra.sweeper))
+    results = run_machines(stream, settings, limit_hours=estimate.max_hours(config.hydra.sweeper))
     returns = []
     for overrides, value in zip(stream.overrides, results, strict=True):
         # The job's config is not kept: a 10,000-job sweep would hold 10,000 of them, and
@@ -230,6 +234,57 @@ def run_jobs(
     return results
 
 
+def run_machines(
+    jobs: JobStream, settings: LaunchSettings, *, limit_hours: float = estimate.MAX_HOURS,
+) -> list[JobResult]:
+    """Run a checked batch machine by machine; returns each job's result, in order.
+
+    A batch over several simulated machines (``device.profile=a100_sxm4_40gb,h100_sxm5_80gb``:
+    boards side by side) runs each machine's jobs on a pool of its own, one machine after the
+    other, into the same stores; each machine's state is its own (``devices.sim_state_dir``).
+    Real GPUs are one machine per host, and a cluster's nodes each join the simulated machine
+    they have, so there a batch must be one machine.
+
+    Raises:
+        UserError: a batch over several machines on real GPUs, the CPU or a Ray cluster; as
+            :func:`run_jobs`.
+    """
+    firsts = jobs.machine_firsts
+    if len(firsts) <= 1:
+        return run_jobs(jobs, settings, limit_hours=limit_hours)
+    keys = differing_device_keys(firsts)
+    if any(j.device.get("backend") != "sim" for j in firsts):
+        raise UserError(one_machine_message(firsts))
+    if settings.address is not None:
+        raise UserError(
+            "hydra/launcher=ray_gpus on a Ray cluster runs one machine per sweep (each node's "
+            "workers join the simulated machine the node has), but these jobs differ in "
+            f"{', '.join(keys)}: run them on a local Ray instance (hydra.launcher.address=null), "
+            "as separate sweeps or with hydra/launcher=basic"
+        )
+    parts = jobs.by_machine()
+    results: dict[int, JobResult] = {}
+    for n, part in enumerate(parts, 1):
+        progress = Progress(part.total, enabled=settings.progress)
+        which = " ".join(f"{k}={part.first.device.get(k.removeprefix('device.'))}" for k in keys)
+        progress.note(f"ray_gpus: machine {n} of {len(parts)} ({which}): {part.total} job(s)")
+        _fit_local_ray(part.first.device)
+        done = run_jobs(part, settings, progress=progress, limit_hours=limit_hours)
+        results.update(zip(part.nums, done, strict=True))
+    return [results[num] for num in jobs.nums]
+
+
+def _fit_local_ray(device: dict[str, Any]) -> None:
+    """Stop a local Ray instance that declares another number of GPUs than this machine has
+    (it was started for another machine): the next pool starts one that fits, since a local
+    instance declares one logical GPU per simulated GPU (``pool.GpuPool``)."""
+    import ray
+
+    if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) != device.get("count", 1):
+        close_pool()
+        ray.shutdown()
+
+
 def _gpus_at_once(jobs: JobStream, expected: int) -> int:
     """How many GPUs the batch's jobs run on at once (for its estimate): the widest
     ``device.gpus`` selection, every GPU of the pool for none. The workers may still be joining
@@ -244,4 +299,5 @@ __all__ = [
     "close_pool",
     "launch_batch",
     "run_jobs",
+    "run_machines",
 ]
