@@ -228,7 +228,7 @@ def _restore(rest: list[str]) -> int:
 
     _, overrides = _split(rest, "restore", "Restore devices a killed process left changed.")
     device_cfg, _ = _device_cfg(overrides)
-    directory = journal_dir(device_cfg, join_existing=True)  # of the machine it joins
+    directory = journal_dir(device_cfg)
     if not directory.exists() or not any(directory.glob("*.json")):
         print(f"nothing to restore (journal {directory} is empty)")
         return 0
