@@ -162,7 +162,7 @@ class GpuPool(EarlyStart):
         from orchestrator.trial_trace import mark_closing
 
         if ray.is_initialized() and slot.node_id == ray.get_runtime_context().get_node_id():
-            mark_closing(journal_dir(self.device, join_existing=True), slot.uuid)
+            mark_closing(journal_dir(self.device), slot.uuid)
 
     def cancel(self, slot: Slot) -> None:
         """Give up the slot's call in flight (its answer, if it comes, is ignored)."""

@@ -84,9 +84,9 @@ class GpuSession:
         get = device_cfg.get if isinstance(device_cfg, dict) else lambda k: getattr(device_cfg, k)
         device = self._backend.device(uuid=device_uuid)
         policy = load_policy(get("policy_file"), device.identity.name)
-        joined = journal_dir(device_cfg, join_existing=not self._owns_backend)  # a worker's
-        guard = SettingsGuard(device, Journal(joined), policy,
-                              observe_only=bool(get("observe_only")))
+        guard = SettingsGuard(
+            device, Journal(journal_dir(device_cfg)), policy, observe_only=bool(get("observe_only"))
+        )
         guard.__enter__()
         return TrialContext(device=device, guard=guard, kernels=KernelCache())
 

@@ -465,7 +465,7 @@ class GpuWorker:
         """This node's journal directory: the guard's journal, trial traces, closing marks."""
         from orchestrator.devices import journal_dir
 
-        return journal_dir(self._cfg, join_existing=True)  # of the machine it joined
+        return journal_dir(self._cfg)
 
     def close(self) -> None:
         """Restore the GPU and release its lease (the process may then be killed)."""

@@ -125,19 +125,19 @@ def sim_state_dir(cfg: Any, *, join_existing: bool = False) -> Path:
     return Path.home() / ".cache" / "dvfs" / "sim" / _machine_name(spec)
 
 
-def journal_dir(cfg: Any, *, join_existing: bool = False) -> Path:
+def journal_dir(cfg: Any) -> Path:
     """Where the guard's journal for this backend lives (see module docstring).
 
-    Args:
-        join_existing: on the sim, the journal of the machine :func:`open_backend` joins with the
-            same flag (a worker's, ``dvfs restore``'s).
+    On the sim, the journal of the machine a process opening ``cfg`` uses: the machine of its
+    spec where there is one, else the state directory's own (what ``dvfs restore``, a worker
+    and the guard of a trial all mean; a journal of a machine not made yet is empty anyway).
     """
     explicit = _get(cfg, "journal_dir") or os.environ.get(JOURNAL_ENV)
     if explicit:
         return Path(explicit).expanduser().resolve()
     backend = _get(cfg, "backend", "sim")
     if backend == "sim":
-        return sim_state_dir(cfg, join_existing=join_existing) / "journal"
+        return sim_state_dir(cfg, join_existing=True) / "journal"
     name = "journal-cpu" if backend == "cpu" else "journal"
     if os.geteuid() == 0:
         return Path("/var/lib/dvfs") / name
