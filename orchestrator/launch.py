@@ -262,7 +262,7 @@ def run_machines(
             f"{', '.join(keys)}: run them on a local Ray instance (hydra.launcher.address=null), "
             "as separate sweeps or with hydra/launcher=basic"
         )
-    parts = jobs.by_machine()
+    parts, t0 = jobs.by_machine(), time.monotonic()
     results: dict[int, JobResult] = {}
     for n, part in enumerate(parts, 1):
         progress = Progress(part.total, enabled=settings.progress)
@@ -271,6 +271,9 @@ def run_machines(
         _fit_local_ray(part.first.device)
         done = run_jobs(part, settings, progress=progress, limit_hours=limit_hours)
         results.update(zip(part.nums, done, strict=True))
+    dirs = " ".join(map(str, jobs.store_dirs))
+    progress.finish(f"ray_gpus: {jobs.total} job(s) on {len(parts)} machines in "
+                    f"{time.monotonic() - t0:.1f} s; results in {dirs}; report: dvfs report {dirs}")
     return [results[num] for num in jobs.nums]
 
 
