@@ -193,7 +193,7 @@ def test_a_trial_queued_behind_a_hung_one_never_ran_and_is_sent_to_the_new_worke
     d = tmp_path / "hang_queued"
     rc = sweep(
         "hydra.launcher.placement=every",
-        "hydra.launcher.timeout_s=8",
+        "hydra.launcher.timeout_s=30",  # a healthy tiny trial: < 8 s; beside two busy loops, 20
         "device.sm_clock_mhz=1065,1140",
         "device.inject={hang_s:300,gpu:2}",  # its first trial on GPU 2 only (times: 1)
         "seed=17",
@@ -408,7 +408,7 @@ def test_a_hung_kernel_is_a_timeout_and_the_sweep_completes(sim4, tmp_path):
     d = tmp_path / "hang"
     rc = sweep(
         "hydra.launcher.placement=every",
-        "hydra.launcher.timeout_s=8",
+        "hydra.launcher.timeout_s=30",  # a healthy tiny trial: < 8 s; beside two busy loops, 20
         "device.sm_clock_mhz=1065",
         "device.inject={hang_s:300,gpu:2}",
         "seed=14",
@@ -419,11 +419,11 @@ def test_a_hung_kernel_is_a_timeout_and_the_sweep_completes(sim4, tmp_path):
     gpu2 = uuids_in_pci_order(sim4)[2]
     assert sorted(r["status"] for r in rows) == ["ok", "ok", "ok", "timeout"]
     (timed_out,) = [r for r in rows if r["status"] == "timeout"]
-    assert timed_out["device_uuid"] == gpu2 and "8 s" in timed_out["error"]
-    launch = timed_out["launch"]  # killed at its 8 s limit, not after the 300 s hang
+    assert timed_out["device_uuid"] == gpu2 and "30 s" in timed_out["error"]
+    launch = timed_out["launch"]  # killed at its 30 s limit, not after the 300 s hang
     # (the limit counts on the monotonic clock from just before the call is sent; dispatched_at is
     # the wall clock just after it: a few ms of the two clocks' difference are not early)
-    assert 8 - 0.05 <= launch["killed_at"] - launch["dispatched_at"] < 60
+    assert 30 - 0.05 <= launch["killed_at"] - launch["dispatched_at"] < 90
     assert sim_gpu(sim4, 2)["locked_sm_mhz"] is None  # the new worker restored it as it started
     assert not list((sim4 / "journal").glob("*.json"))
 
