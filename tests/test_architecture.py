@@ -25,7 +25,8 @@ PACKAGES = ("orchestrator", "kernels", "analysis", "hydra_plugins")
 FLOORS: dict[int, tuple[str, ...]] = {
     1: ("orchestrator", "orchestrator.errors", "orchestrator.provenance", "orchestrator.config",
         "orchestrator.devices", "kernels", "orchestrator.store", "orchestrator.store_sqlite",
-        "orchestrator.store_values", "orchestrator.progress", "orchestrator.interrupt",
+        "orchestrator.store_values", "orchestrator.measured", "orchestrator.progress",
+        "orchestrator.interrupt",
         "orchestrator.ray_calls", "orchestrator.bounds", "orchestrator.estimate"),
     2: ("orchestrator.guard", "orchestrator.policy", "orchestrator.journal", "orchestrator.meter",
         "orchestrator.inject", "orchestrator.sweep_lock", "orchestrator.window",

@@ -279,3 +279,42 @@ ANCHORS: tuple[Anchor, ...] = (
 def evaluate(anchors: Sequence[Anchor] = ANCHORS) -> list[AnchorResult]:
     """Every anchor with the sim's figure for it, from the shipped profiles."""
     return [AnchorResult(a, float(a.sim(load_profile(a.profile)))) for a in anchors]
+
+
+# --- real measurements ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RealComparison:
+    """One measured row (``orchestrator.measured``) beside the sim's steady state for the same
+    work, board and settings: each figure as (sim, real)."""
+
+    workload: str
+    ms_per_iter: tuple[float, float]
+    power_w: tuple[float, float]
+    j_per_iter: tuple[float, float]
+    sm_clock_mhz: tuple[float, float]
+
+    def ratio(self, figure: str) -> float:
+        """sim / real for ``figure`` (one of the tuple fields)."""
+        sim, real = getattr(self, figure)
+        return sim / real
+
+
+def compare_real(profile: GpuProfile, row: dict, peak: str) -> RealComparison:
+    """The sim's steady-state point for a measured row's charged work (``charged_flops``,
+    ``charged_bytes``, ``charged_launches``) at the row's settings (its power limit, else the
+    board's default; its locked max clock, if any) against what the real board measured."""
+    work = KernelWork(float(row["charged_flops"]), float(row["charged_bytes"]), peak,  # type: ignore[arg-type]
+                      row["workload"], row.get("framework", ""), int(row["charged_launches"]))
+    point = model.operating_point(
+        profile, work, max_clock_mhz=row.get("sm_clock_max_mhz"),
+        power_limit_w=row.get("power_limit_w") or profile.power_limit_default_w,
+    )
+    return RealComparison(
+        row["workload"],
+        (point.duration_s * 1e3, row["time_per_iter_s"] * 1e3),
+        (point.power_w, float(row["avg_power_w"])),
+        (point.energy_mj / 1e3, float(row["energy_per_iter_j"])),
+        (float(point.sm_clock_mhz), float(row["observed_sm_clock_mhz"])),
+    )
