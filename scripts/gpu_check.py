@@ -50,7 +50,7 @@ import math
 import os
 import platform
 import re
-import select
+import selectors
 import signal
 import statistics
 import subprocess
@@ -197,19 +197,22 @@ def _await_ready(proc: subprocess.Popen[bytes], timeout_s: float, log_path: Path
     assert proc.stdout is not None
     fd, seen = proc.stdout.fileno(), b""
     deadline = time.monotonic() + timeout_s
-    while (left := deadline - time.monotonic()) > 0:
-        readable, _, _ = select.select([fd], [], [], left)
-        if not readable:
-            break
-        chunk = os.read(fd, 4096)
-        seen += chunk
-        if b"ready" in seen.splitlines():
-            return
-        if not chunk:  # EOF: the worker ended
-            proc.wait(timeout=5)
-            raise RuntimeError(
-                f"the load exited {proc.returncode} before it ran: {_tail(log_path, 400)}"
-            )
+    # poll(2), not select(2): select refuses a descriptor numbered 1024 or more, which a long-lived
+    # process (a test session, a notebook) can hand out.
+    with selectors.PollSelector() as watch:
+        watch.register(fd, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if not watch.select(left):
+                break
+            chunk = os.read(fd, 4096)
+            seen += chunk
+            if b"ready" in seen.splitlines():
+                return
+            if not chunk:  # EOF: the worker ended
+                proc.wait(timeout=5)
+                raise RuntimeError(
+                    f"the load exited {proc.returncode} before it ran: {_tail(log_path, 400)}"
+                )
     raise RuntimeError(f"the load did not start within {timeout_s:.0f} s: {_tail(log_path, 400)}")
 
 

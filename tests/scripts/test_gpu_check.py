@@ -298,6 +298,22 @@ def test_the_kernel_load_runs_in_a_subprocess_and_is_stopped_after_its_phase(sim
         os.kill(pid, 0)  # reaped: the load never outlives its phase
 
 
+def test_the_ready_line_is_read_from_a_pipe_numbered_past_1024(tmp_path):
+    """select(2) refuses descriptors from 1024 up; a long test session or notebook reaches them."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "print('compiling'); print('ready', flush=True)"],
+        stdout=subprocess.PIPE, bufsize=0,
+    )
+    high = os.dup2(proc.stdout.fileno(), 1500)
+    proc.stdout.close()
+    proc.stdout = os.fdopen(high, "rb", buffering=0)
+    try:
+        gc._await_ready(proc, timeout_s=60, log_path=tmp_path / "load.log")
+    finally:
+        proc.stdout.close()
+        proc.wait(timeout=30)
+
+
 @pytest.mark.slow
 def test_the_sweep_section_runs_dvfs_sweep_observe_only_and_reads_back_its_rows(tmp_path):
     cfg = short_config(tmp_path, preset="tiny", workloads=("gemm",), frameworks=("jax",))
