@@ -21,6 +21,10 @@ never unpickles or unmarshals a file).
   An update nested inside another on the same thread (a signal handler's setter while a kernel
   call is being accounted) writes first; the outer one then sees the generation moved and runs
   its ``change`` again on the new state, so neither change is lost.
+- A process holds one view (descriptor and mapping) per file while anything uses it: a ``Machine``
+  (which ``nvmlInit`` keeps until ``nvmlShutdown``) holds its views, and the last holder to let go
+  closes them. A process that opens many machines in turn (a test session, a notebook) so never
+  piles up descriptors; a view held by nobody is opened again when a machine needs it.
 - Setters pass ``sync=True``: the written slot is ``msync``-ed before the call returns. The
   per-kernel-call path does not (a lost update on power failure of the host does not matter for
   a simulation, and a sync costs tens of microseconds to milliseconds). A power failure can lose
@@ -39,6 +43,7 @@ import mmap
 import os
 import struct
 import threading
+import weakref
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -120,6 +125,8 @@ class GpuStateFile:
         except BaseException:
             os.close(self.fd)
             raise
+        # Closed when the last holder lets go (or by close()); the finalizer holds no self.
+        self._release = weakref.finalize(self, _unmap_and_close, self.mm, self.fd)
         self.lock = threading.RLock()
         self.depth = 0  # how deep this process's thread holding ``lock`` is in locked sections
         self.lost: tuple[int, bool] = (0, False)  # (generation, its "lost" flag), for is_lost
@@ -216,13 +223,19 @@ class GpuStateFile:
 
     def close(self) -> None:
         """Unmap and close the file (errors ignored: it may be gone already)."""
-        with contextlib.suppress(Exception):
-            self.mm.close()
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
+        self._release()
 
 
-_stores: dict[str, GpuStateFile] = {}
+def _unmap_and_close(mm: mmap.mmap, fd: int) -> None:
+    """Release one view (errors ignored: the file may be gone already)."""
+    with contextlib.suppress(Exception):
+        mm.close()
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+# Weak values: a view lives while a Machine (or a caller) holds it, and closes when the last does.
+_stores: weakref.WeakValueDictionary[str, GpuStateFile] = weakref.WeakValueDictionary()
 _stores_lock = threading.Lock()
 
 

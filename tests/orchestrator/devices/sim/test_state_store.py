@@ -262,3 +262,38 @@ def test_threads_of_one_process_incrementing_at_once_lose_no_increment(machine):
     for t in threads:
         t.join()
     assert machine.read(0)["counter"] == 2000
+
+
+# --- what a process holds -------------------------------------------------------------------
+def open_descriptors_of(directory) -> int:
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}").startswith(str(directory))
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+    return found
+
+
+def test_machines_opened_in_turn_leave_no_descriptor_once_let_go(tmp_path):
+    """A test session or a notebook opens machine after machine: none may stay open (a quiet CI
+    run went past descriptor 1024 this way, and select(2) refused it)."""
+    for i in range(40):
+        m = create_machine(tmp_path / f"sim{i}", "a100_sxm4_40gb", count=2)
+        m.update(1, lambda s: s.update(n=1))
+        assert open_descriptors_of(tmp_path / f"sim{i}") > 0  # held while the machine is
+        del m
+    assert open_descriptors_of(tmp_path) == 0
+
+
+def test_two_machines_on_one_directory_share_one_view_and_its_locks(tmp_path):
+    """flock belongs to an open file description: a second descriptor for the same file in the
+    same process would lock against the first, so held views are shared, never opened twice."""
+    first = create_machine(tmp_path / "sim", "a100_sxm4_40gb")
+    second = Machine(tmp_path / "sim")
+    assert store_of(first) is store_of(second)
+    with store_of(first).locked(exclusive=True):  # would block forever on a second descriptor
+        second.update(0, lambda s: s.update(inner=1))
+    assert Machine(tmp_path / "sim").read(0)["inner"] == 1
+    del first, second
+    assert open_descriptors_of(tmp_path) == 0
