@@ -199,7 +199,7 @@ def test_processes_killed_at_random_instants_never_leave_a_torn_state(machine):
     width = 1_000  # with the pad, a ~730 kB state: a write is long enough to be killed inside
     rng = random.Random(14)
     last, torn_slots = 0, 0
-    for _ in range(150):
+    for _ in range(450):  # 150 kills left no torn slot in 1 run of 3 (a quiet CI run among them)
         started_r, started_w = os.pipe()
         pid = os.fork()
         if pid == 0:
