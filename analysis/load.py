@@ -58,7 +58,8 @@ ROW_COLUMNS: list[str] = [
     "valid", "invalid_reason", "meter", "energy_counter_updates", "energy_counter_period_s",
     "window_aligned", "energy_note",
     # the work of one call as compiled (charged on the sim; kernels/cost.py)
-    "charged_flops", "charged_bytes", "charged_launches", "work_source", "work_note",
+    "charged_flops", "charged_bytes", "charged_launches", "charged_transcendentals", "work_kind",
+    "work_source", "work_note",
     # context
     "config", "versions", "git_commit", "config_hash",
 ]

@@ -38,11 +38,15 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from kernels import frameworks as fw
 from kernels.spec import ITEMSIZE, KernelSpec, WorkCounts
 
+WorkKind = Literal["matmul", "conv", "elementwise"]
+"""How a call's arithmetic runs: a call that convolves is ``conv``, else one that multiplies
+matrices ``matmul`` (both on the tensor cores, each at the rate its libraries reach), else
+``elementwise`` (ALU work). The simulated GPU charges each at its board's achieved rate."""
 WorkSource = Literal["xla_cost_analysis", "tf_graph_ops", "analytic"]
 WORK_SOURCES: tuple[str, ...] = ("xla_cost_analysis", "tf_graph_ops", "analytic")
 
@@ -54,6 +58,16 @@ NO_KERNEL_OPS: frozenset[str] = frozenset(
     }
 )
 """TensorFlow op types that launch no device kernel (they alias a buffer or read metadata)."""
+
+TRANSCENDENTAL_OPS: frozenset[str] = frozenset(
+    {"Exp", "Expm1", "Log", "Log1p", "Tanh", "Sigmoid", "Selu", "Elu", "Softplus", "Erf",
+     "Sin", "Cos", "Pow", "Rsqrt", "Sqrt", "TanhGrad", "SigmoidGrad"}
+)
+"""TensorFlow op types that evaluate one transcendental function per output element."""
+
+MATMUL_OPS: frozenset[str] = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2",
+                                        "BatchMatMulV3", "Einsum"})
+"""TensorFlow op types that multiply matrices."""
 
 NO_LAUNCH_HLO: frozenset[str] = frozenset(
     {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all"}
@@ -76,6 +90,9 @@ class CompiledWork:
             ``"analytic"``.
         note: why the figures are analytic when another source was tried; None otherwise.
         analysis_s: seconds the analysis took (trace, lower, compile).
+        transcendentals: exp, log, tanh... of one call (included in ``flops``, one each).
+        kind: ``"conv"`` if the call convolves, else ``"matmul"`` if it multiplies matrices,
+            else ``"elementwise"``: which achieved rate the simulated GPU charges its FLOPs at.
     """
 
     flops: float
@@ -84,6 +101,8 @@ class CompiledWork:
     source: WorkSource
     note: str | None = None
     analysis_s: float = 0.0
+    transcendentals: float = 0.0
+    kind: WorkKind = "elementwise"
 
 
 _cache: dict[tuple[object, ...], CompiledWork] = {}
@@ -155,12 +174,12 @@ def _analyse(
     start = time.perf_counter()
     try:
         if framework == "jax":
-            flops, nbytes, launches = _jax_work(spec, size, dtype, precision)
+            counted = _jax_work(spec, size, dtype, precision)
         elif xla:
-            flops, nbytes, launches = _tf_xla_work(spec, size, dtype, precision)
+            counted = _tf_xla_work(spec, size, dtype, precision)
         else:
             known = counts or derived_counts(spec, preset, dtype, variant)
-            flops, nbytes, launches = known.flops, *_tf_graph_work(spec, size, dtype, precision)
+            counted = _tf_graph_work(spec, size, dtype, precision)._replace(flops=known.flops)
     except Exception as e:  # noqa: BLE001 - any failure of a source falls back, and says why
         if counts is None:
             return CompiledWork(0.0, 0.0, 1, "analytic", note=f"{type(e).__name__}: {e}"[:200])
@@ -170,21 +189,35 @@ def _analyse(
             note=" ".join(note.split())[:_NOTE_CHARS], analysis_s=time.perf_counter() - start,
         )
     return CompiledWork(
-        float(flops), float(nbytes), int(launches), source,  # type: ignore[arg-type]
+        float(counted.flops), float(counted.bytes_moved), int(counted.launches),
+        source,  # type: ignore[arg-type]
         analysis_s=time.perf_counter() - start,
+        transcendentals=float(counted.transcendentals), kind=counted.kind,
     )
 
 
+class Counted(NamedTuple):
+    """What one source counted of a call (``CompiledWork`` less its provenance)."""
+
+    flops: float
+    bytes_moved: float
+    launches: int
+    transcendentals: float
+    kind: WorkKind
+
+
 # --- XLA ------------------------------------------------------------------------------------
-def xla_work(cost: Any, hlo_text: str) -> tuple[float, float, int]:
-    """FLOPs, bytes and launches from XLA's cost analysis and the optimized HLO's text.
+def xla_work(cost: Any, hlo_text: str) -> Counted:
+    """FLOPs, bytes, launches, transcendentals and kind from XLA's cost analysis and the
+    optimized HLO's text.
 
     Args:
         cost: what ``cost_analysis()`` returned (a dict, or a one-element list of one).
         hlo_text: the optimized module, as text.
 
     Returns:
-        ``(flops + transcendentals, bytes accessed, launches)``.
+        ``flops + transcendentals``, ``bytes accessed``, the launches, the transcendentals and
+        the kind (:func:`hlo_kind`).
 
     Raises:
         ValueError: the analysis has no byte count, or the module launches nothing.
@@ -194,11 +227,25 @@ def xla_work(cost: Any, hlo_text: str) -> tuple[float, float, int]:
     nbytes = float(cost.get("bytes accessed", 0.0))
     if nbytes <= 0:
         raise ValueError(f"XLA's cost analysis has no 'bytes accessed': {sorted(cost)}")
-    flops = float(cost.get("flops", 0.0)) + float(cost.get("transcendentals", 0.0))
+    transcendentals = float(cost.get("transcendentals") or 0.0)
+    flops = float(cost.get("flops") or 0.0) + transcendentals
     launches = count_launches(hlo_text)
     if launches < 1:
         raise ValueError("the optimized HLO's entry computation launches no kernel")
-    return flops, nbytes, launches
+    return Counted(flops, nbytes, launches, transcendentals, hlo_kind(hlo_text))
+
+
+def hlo_kind(hlo_text: str) -> WorkKind:
+    """``"conv"`` if any computation of the module convolves (XLA's ``convolution`` or a cuDNN
+    custom call), else ``"matmul"`` if any multiplies matrices (``dot`` or a cuBLAS call), else
+    ``"elementwise"``."""
+    opcodes = set(_OPCODE.findall(hlo_text))
+    targets = hlo_text.lower()
+    if "convolution" in opcodes or "cudnn$conv" in targets:
+        return "conv"
+    if "dot" in opcodes or "cublas" in targets:
+        return "matmul"
+    return "elementwise"
 
 
 _OPCODE = re.compile(r"(?<![\w.%\-])([a-z][a-z0-9\-]*)\(")
@@ -224,7 +271,7 @@ def count_launches(hlo_text: str) -> int:
     return launches
 
 
-def _jax_work(spec: KernelSpec, size: Any, dtype: str, precision: str) -> tuple[float, float, int]:
+def _jax_work(spec: KernelSpec, size: Any, dtype: str, precision: str) -> Counted:
     jax = fw.import_jax()
     np_dtype = fw.numpy_dtype(dtype)
     args = [jax.ShapeDtypeStruct(shape, np_dtype) for shape in spec.shapes_fn(size)]
@@ -248,9 +295,7 @@ def _tf_positional(spec: KernelSpec, size: Any) -> Any:
     return positional
 
 
-def _tf_xla_work(
-    spec: KernelSpec, size: Any, dtype: str, precision: str
-) -> tuple[float, float, int]:
+def _tf_xla_work(spec: KernelSpec, size: Any, dtype: str, precision: str) -> Counted:
     tf = fw.import_tensorflow()
     function = tf.function(_tf_positional(spec, size), jit_compile=True, autograph=False)
     with fw.tf_precision_scope(precision), warnings.catch_warnings():
@@ -274,12 +319,22 @@ def _tf_xla_work(
 
 
 # --- TensorFlow graphs ----------------------------------------------------------------------
-def _tf_graph_work(spec: KernelSpec, size: Any, dtype: str, precision: str) -> tuple[float, int]:
+def _tf_graph_work(spec: KernelSpec, size: Any, dtype: str, precision: str) -> Counted:
+    """The graph's bytes, launches, transcendentals and kind; FLOPs 0 (the caller's count)."""
     tf = fw.import_tensorflow()
     function = tf.function(_tf_positional(spec, size), autograph=False)
     with fw.tf_precision_scope(precision):
         concrete = function.get_concrete_function(*_tf_specs(tf, spec, size, dtype))
-    return graph_work(concrete.graph)
+    nbytes, launches = graph_work(concrete.graph)
+    ops = [op for op in _ops_feeding(concrete.graph.outputs) if op.type not in NO_KERNEL_OPS]
+    transcendentals = sum(
+        _tensor_bytes(t) / t.dtype.size for op in ops if op.type in TRANSCENDENTAL_OPS
+        for t in op.outputs
+    )
+    types = {op.type for op in ops}
+    kind: WorkKind = ("conv" if any("Conv" in t for t in types)
+                      else "matmul" if types & MATMUL_OPS else "elementwise")
+    return Counted(0.0, nbytes, launches, float(transcendentals), kind)
 
 
 def graph_work(graph: Any) -> tuple[float, int]:

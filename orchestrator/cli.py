@@ -4,6 +4,8 @@
     dvfs devices [OVERRIDES...] [--json]   list the GPUs of a backend and what may be set
     dvfs restore [OVERRIDES...]            put back whatever a killed process left changed
     dvfs report DIR... [--out DIR]         plots, recommendations and thresholds of sweeps
+    dvfs calibrate SOURCE... --profile BASE --out FILE
+                                           a sim profile fitted to a real board's rows
 
 ``devices`` and ``restore`` take the same Hydra overrides as ``sweep`` (``device=sim
 device.count=4``), so one vocabulary names a machine everywhere. Bad input is one line on stderr
@@ -34,12 +36,16 @@ commands:
                                  list GPUs: identity, supported clocks, power-limit range, settings
   restore [OVERRIDES...]         restore devices a killed process left changed (from the journal)
   report DIR... [--out DIR]      energy Pareto fronts, optimal settings, thresholds, plots
+  calibrate SOURCE... --profile BASE --out FILE [--anchors]
+                                 fit a simulated GPU profile to a real board's measured rows
+                                 (results stores or data/measured folders)
 
 examples:
   dvfs sweep -m workload=gemm,stencil framework=jax,tensorflow \\
       device.sm_clock_mhz=range(510,1411,150)
   dvfs devices device=sim device.count=4 --json
   dvfs report multirun/2026-12-02/15-00-00
+  dvfs calibrate data/measured/2026-12-04_h200_gpu_check --profile h200_141gb --out h200.yaml
 
 `dvfs sweep --help` shows the configuration groups and every setting.
 """
@@ -52,7 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE, end="")
         return 0
     command, rest = args[0], args[1:]
-    commands = {"sweep": _sweep, "devices": _devices, "restore": _restore, "report": _report}
+    commands = {"sweep": _sweep, "devices": _devices, "restore": _restore, "report": _report,
+                "calibrate": _calibrate}
     if command not in commands:
         known = ", ".join(commands)
         print(f"dvfs: unknown command {command!r}; commands: {known}", file=sys.stderr)
@@ -250,6 +257,13 @@ def _report(rest: list[str]) -> int:
     except ImportError as e:  # pragma: no cover - analysis ships with the package
         raise UserError(f"the analysis package is missing: {e}") from e
     return report_main(rest)
+
+
+# --- calibrate --------------------------------------------------------------------------------
+def _calibrate(rest: list[str]) -> int:
+    from orchestrator.calibrate import main as calibrate_main
+
+    return calibrate_main(rest)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -166,6 +166,8 @@ class TrialRow:
     charged_flops: float | None = None
     charged_bytes: float | None = None
     charged_launches: int | None = None
+    charged_transcendentals: float | None = None  # exp, log, tanh... (in charged_flops, one each)
+    work_kind: str | None = None  # "matmul", "conv" or "elementwise" (kernels.cost.WorkKind)
     work_source: str | None = None
     work_note: str | None = None
     # the check run after the window

@@ -23,7 +23,8 @@ describe the GPU-sized problem while the CPU computes a small one, so outputs an
 and fast. Each call is charged the work its framework compiled at that size
 (``kernels.cost``: XLA's cost analysis for JAX and TF+XLA, one kernel per op for TF graphs), so
 the frameworks differ in bytes moved and kernels launched; the row records it
-(``charged_flops``, ``charged_bytes``, ``charged_launches``, ``work_source``, and ``work_note``
+(``charged_flops``, ``charged_bytes``, ``charged_launches``, ``charged_transcendentals``,
+``work_kind``, ``work_source``, and ``work_note``
 when a source failed and the analytic counts were charged). On other devices nothing is
 charged, and the same columns record the compiled work at the size that ran. Faults the sim
 draws below a device's stability threshold corrupt the real output (one flipped bit in one
@@ -215,6 +216,8 @@ def _charged_work(
         charged_flops=compiled.flops,
         charged_bytes=compiled.bytes_moved,
         charged_launches=compiled.launches,
+        charged_transcendentals=compiled.transcendentals,
+        work_kind=compiled.kind,
         work_source=compiled.source,
         work_note=compiled.note,
     )
@@ -225,4 +228,6 @@ def _charged_work(
         kernel_class=spec.name,
         framework=cfg.framework.name,
         launches=int(compiled.launches),
+        transcendentals=float(compiled.transcendentals),
+        kind=compiled.kind,
     )

@@ -30,7 +30,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
         "orchestrator.ray_calls", "orchestrator.bounds", "orchestrator.estimate"),
     2: ("orchestrator.guard", "orchestrator.policy", "orchestrator.journal", "orchestrator.meter",
         "orchestrator.inject", "orchestrator.sweep_lock", "orchestrator.window",
-        "orchestrator.trial_trace"),
+        "orchestrator.trial_trace", "orchestrator.calibrate"),
     3: ("orchestrator.jobs", "orchestrator.rows", "analysis", "orchestrator.search",
         "orchestrator.compose"),
     4: ("orchestrator.trial", "orchestrator.session"),

@@ -143,6 +143,9 @@ class KernelWork:
     kernel_class: str  # the workload name: stability thresholds differ per kernel class
     framework: str = ""  # "jax" or "tensorflow": a sim scenario may depend on it
     launches: int = 1  # device kernels one call launches (an unfused graph launches one per op)
+    transcendentals: float = 0.0  # exp, log, tanh... of one call (counted in ``flops`` as one each)
+    kind: str = "elementwise"  # "matmul", "conv" or "elementwise" (kernels.cost.WorkKind): which
+    # achieved rate of the board (its profile's ``achieved:``) the arithmetic runs at
 
 
 class Fault(enum.Enum):

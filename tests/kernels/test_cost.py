@@ -60,6 +60,19 @@ def test_the_jax_stencil_moves_fewer_bytes_and_launches_fewer_kernels_than_the_t
     assert tf_work.flops == STENCIL.counts("gpu").flops  # graph FLOPs are the analytic count
 
 
+@pytest.mark.parametrize("framework, xla", [("jax", True), ("tensorflow", False)])
+def test_each_call_says_its_kind_of_work_and_its_transcendentals(frameworks, framework, xla):
+    kinds = {name: compiled_work(get_spec(name), framework, "tiny", xla=xla)
+             for name in ("gemm", "conv3d", "stencil", "selu")}
+    assert {k: w.kind for k, w in kinds.items()} == {
+        "gemm": "matmul", "conv3d": "conv", "stencil": "elementwise", "selu": "elementwise"}
+    n = math.prod(get_spec("selu").size("tiny").shape)
+    assert kinds["selu"].transcendentals == n  # one exp per element (XLA and TF's Selu op alike)
+    assert kinds["stencil"].transcendentals == kinds["gemm"].transcendentals == 0
+    if framework == "jax":  # XLA counts each transcendental in its FLOPs as one
+        assert kinds["selu"].flops >= n + kinds["selu"].transcendentals
+
+
 def test_a_tf_graph_is_charged_each_ops_inputs_and_outputs(frameworks):
     work = compiled_work(STENCIL, "tensorflow", "gpu", xla=False)
     n = math.prod(STENCIL.size("gpu").shape)

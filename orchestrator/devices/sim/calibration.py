@@ -49,7 +49,8 @@ def step_at(profile: GpuProfile, phases: Sequence[Phase], clock_mhz: int) -> Ste
     time_s = energy_j = 0.0
     for phase in phases:
         r = model.roofline(profile, phase.work, clock_mhz)
-        watts = model.power_w(profile, r.compute_util, r.memory_util, clock_mhz)
+        watts = model.power_w(profile, r.compute_util, r.memory_util, clock_mhz,
+                              flop_rate=r.flop_rate)
         time_s += phase.calls * r.duration_s
         energy_j += phase.calls * r.duration_s * watts
     return StepPoint(clock_mhz, time_s, energy_j)
@@ -65,9 +66,10 @@ def step_point(
     """A step under a locked max clock and a power cap (the highest clock whose average fits)."""
     top = profile.f_max_mhz if max_clock_mhz is None else max_clock_mhz
     clocks = [c for c in profile.sm_clocks_mhz if c <= top] or [profile.f_min_mhz]
+    target = None if power_limit_w is None else power_limit_w * (1 - profile.power_cap_hold)
     for clock in reversed(clocks):
         point = step_at(profile, phases, clock)
-        if power_limit_w is None or point.power_w <= power_limit_w:
+        if target is None or point.power_w <= target:
             return point
     return step_at(profile, phases, clocks[0])
 
@@ -91,10 +93,11 @@ def decode_step(profile: GpuProfile) -> list[Phase]:
 
     Every step streams the 14 GB of weights (2 FLOPs per weight per sequence: 112 GFLOP) in
     ~320 kernels (32 layers of ~10), so launch gaps take a third or more of the step, as in
-    published decode profiles where the GPU draws well under its limit.
+    published decode profiles where the GPU draws well under its limit. Each of its 700
+    launches is a GEMV that meets the memory roof (one kernel, so its compute overlaps).
     """
-    work = KernelWork(2 * 7e9 * 8, 14e9, "bf16", "decode", launches=700)
-    return [Phase(work)]
+    work = KernelWork(2 * 7e9 * 8 / 700, 14e9 / 700, "bf16", "decode", launches=1, kind="matmul")
+    return [Phase(work, calls=700)]
 
 
 def training_step(profile: GpuProfile, compute_share: float) -> list[Phase]:
@@ -106,9 +109,10 @@ def training_step(profile: GpuProfile, compute_share: float) -> list[Phase]:
     """
     peak = "fp16" if profile.peak_fp16_tflops else "fp32"
     gemm_s, stream_s = compute_share * 1e-3, (1 - compute_share) * 1e-3
-    flops = profile.peak_tflops(peak) * 1e12 * gemm_s
-    gemm = KernelWork(flops, flops / 400, peak, "train", launches=1)
-    nbytes = profile.memory_bandwidth_gbs * 1e9 * stream_s
+    achieved = profile.achieved  # the shares are of time: the work is what fits at real rates
+    flops = profile.peak_tflops(peak) * 1e12 * achieved.matmul * gemm_s
+    gemm = KernelWork(flops, flops / 400, peak, "train", launches=1, kind="matmul")
+    nbytes = profile.memory_bandwidth_gbs * 1e9 * achieved.memory * stream_s
     stream = KernelWork(nbytes / 4, nbytes, "fp32", "train", launches=1)
     return [Phase(gemm), Phase(stream)]
 
@@ -301,12 +305,19 @@ class RealComparison:
         return sim / real
 
 
+def row_work(row: dict, peak: str) -> KernelWork:
+    """The work a measured row charged (``charged_*``, ``work_kind``), as the model takes it."""
+    return KernelWork(float(row["charged_flops"]), float(row["charged_bytes"]), peak,  # type: ignore[arg-type]
+                      row["workload"], row.get("framework", ""), int(row["charged_launches"]),
+                      float(row.get("charged_transcendentals") or 0.0),
+                      row.get("work_kind") or "elementwise")
+
+
 def compare_real(profile: GpuProfile, row: dict, peak: str) -> RealComparison:
     """The sim's steady-state point for a measured row's charged work (``charged_flops``,
     ``charged_bytes``, ``charged_launches``) at the row's settings (its power limit, else the
     board's default; its locked max clock, if any) against what the real board measured."""
-    work = KernelWork(float(row["charged_flops"]), float(row["charged_bytes"]), peak,  # type: ignore[arg-type]
-                      row["workload"], row.get("framework", ""), int(row["charged_launches"]))
+    work = row_work(row, peak)
     point = model.operating_point(
         profile, work, max_clock_mhz=row.get("sm_clock_max_mhz"),
         power_limit_w=row.get("power_limit_w") or profile.power_limit_default_w,

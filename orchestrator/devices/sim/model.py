@@ -3,18 +3,37 @@
 Pure functions over a ``GpuProfile`` (no I/O, no state): the simulated NVML (``nvml.py``) calls
 them with a GPU's current settings and stores what they return.
 
-Time (roofline with a clock-scaled compute roof)::
+Time (roofline with a clock-scaled compute roof, at the rates real kernels reach)::
 
-    t = max(flops / (peak * f/f_max), bytes / (bw * mem_f/mem_f_max)) + launches * launch_overhead
+    t_c = (flops + (tau - 1) * transcendentals) / (peak * f/f_max * achieved[kind])
+    t_m = bytes / (bw * mem_f/mem_f_max * achieved.memory)
+    t   = max(t_c, t_m) + launches * launch_overhead        # one kernel: compute and memory overlap
+    t   = t_c + t_m + launches * launch_overhead            # several: one after another
 
-Compute and memory utilisation are each term divided by ``t``. Power while a kernel is resident,
-with ``f`` and ``V`` relative to f_max and V_max, ``traffic`` the bytes/s over the peak bandwidth::
+``achieved`` (the profile's section) is the fraction of each roof real kernels reach: a large
+cuBLAS GEMM ~0.8 of the tensor-core peak, a convolution as XLA lowers it ~0.3, a stream ~0.75 of
+the HBM bandwidth on the H200 this project measured. ``tau`` is the ALU FLOPs one transcendental
+costs (XLA counts an exp as one). A call of several kernels (a training step: GEMMs, then
+elementwise fusions) runs its compute-bound and its memory-bound kernels one after another; the
+sum is the bound for work split between kernels that each meet one roof.
+
+Compute and memory utilisation are each term divided by ``t``: the fraction of the call that roof
+is busy at the rate it reaches; ``flop_rate`` is ``compute_util * achieved[kind]``, the fraction
+of the clock's peak FLOP rate the call sustains. The SMs' issue and data paths draw with the busy
+fraction, the arithmetic units with the FLOP rate: the real H200 drew 669 W at 1869 MHz on a
+convolution at 0.24 of the tensor-core peak, 675 W at 1578 MHz on a GEMM at 0.83. Power while a
+kernel is resident, with ``f`` and ``V`` relative to f_max and V_max, ``traffic`` the memory
+roof's busy fraction at the memory clock::
 
     P = idle + leakage * (V * 2^((T - 60 C) / 40 C) - V_min)  # static: rises with V and T
       + context                                           # SMs awake, a context resident
       + clock * f * V^2                                   # clock tree, schedulers, L2/NoC clocks
-      + alu * compute_util * f * V^2                      # the ALUs
+      + sm * compute_util * f * V^2                       # SM issue, registers, shared memory
+      + alu * flop_rate * f * V^2                         # the arithmetic units
       + l2 * traffic * V^2 + hbm * traffic                # L2/crossbar (core V), HBM + PHY
+
+(A profile without the ``sm`` term and without ``achieved:`` has ``flop_rate = compute_util``:
+the model before real measurements.)
 
 The clock term does not scale with ALU utilisation, so a memory-bound kernel saves power at a
 lower SM clock at almost no cost in time, as published decode and stencil measurements show.
@@ -24,7 +43,9 @@ Each profile's terms are fitted to published figures (``calibration.py``, ``docs
 at the voltage of ``f``, so time uses the shifted clock and the voltage term the unshifted one.
 
 Power cap: the board runs at the highest supported clock at or below its locked max (or
-``f_max``) whose power fits under the cap (the lowest supported clock if none fits) and reports
+``f_max``) whose power fits under the cap less the profile's ``hold_below`` margin (the
+controller's set point: the real H200 held 673-675 W under its 700 W limit; the lowest supported
+clock if none fits) and reports
 ``SW_POWER_CAP``. Above the profile's slowdown temperature it also caps power at the value whose
 steady-state temperature is the slowdown temperature (``SW_THERMAL_SLOWDOWN``). Locked clocks
 report ``APPLICATIONS_CLOCKS_SETTING`` (NVML's ``UserDefinedClocks`` alias of that bit).
@@ -84,6 +105,7 @@ class Roofline:
     duration_s: float  # modelled time of one call, launch overhead included
     compute_util: float  # compute term / duration, in [0, 1]
     memory_util: float  # memory term / duration, in [0, 1]
+    flop_rate: float = 0.0  # compute_util * the kind's achieved fraction of the peak rate
 
 
 def roofline(
@@ -91,12 +113,18 @@ def roofline(
 ) -> Roofline:
     """Roofline time of one call at an (effective) SM clock and a memory clock."""
     mem = profile.mem_max_mhz if mem_clock_mhz is None else mem_clock_mhz
-    peak_flops = profile.peak_tflops(work.peak) * 1e12 * (sm_clock_mhz / profile.f_max_mhz)
-    bandwidth = profile.memory_bandwidth_gbs * 1e9 * (mem / profile.mem_max_mhz)
-    t_compute = work.flops / peak_flops if work.flops > 0 else 0.0
+    achieved = profile.achieved
+    peak_flops = (profile.peak_tflops(work.peak) * 1e12 * (sm_clock_mhz / profile.f_max_mhz)
+                  * achieved.of(work.kind))
+    bandwidth = profile.memory_bandwidth_gbs * 1e9 * (mem / profile.mem_max_mhz) * achieved.memory
+    flops = work.flops + (achieved.transcendental_flops - 1) * work.transcendentals
+    t_compute = flops / peak_flops if flops > 0 else 0.0
     t_memory = work.bytes_moved / bandwidth if work.bytes_moved > 0 else 0.0
-    duration = max(t_compute, t_memory) + max(1, work.launches) * profile.launch_overhead_s
-    return Roofline(duration, t_compute / duration, t_memory / duration)
+    busy = max(t_compute, t_memory) if work.launches <= 1 else t_compute + t_memory
+    duration = busy + max(1, work.launches) * profile.launch_overhead_s
+    compute_util = t_compute / duration
+    return Roofline(duration, compute_util, t_memory / duration,
+                    compute_util * achieved.of(work.kind))
 
 
 def leakage_w(profile: GpuProfile, voltage: float, temperature_c: float | None = None) -> float:
@@ -121,6 +149,7 @@ def power_w(
     *,
     mem_clock_mhz: float | None = None,
     temperature_c: float | None = None,
+    flop_rate: float | None = None,
 ) -> float:
     """Board power while a kernel is resident, at a utilisation and an (effective) clock.
 
@@ -134,6 +163,7 @@ def power_w(
         mem_clock_mhz: the memory clock (None: the max), which scales the bandwidth a busy
             memory roof moves.
         temperature_c: the die temperature, for leakage (None: the reference temperature).
+        flop_rate: the fraction of the clock's peak FLOP rate sustained (None: compute_util).
     """
     c = profile.power
     v_clock = sm_clock_mhz if voltage_clock_mhz is None else voltage_clock_mhz
@@ -147,7 +177,8 @@ def power_w(
         base
         + leakage_w(profile, volts, temperature_c)
         + c.context
-        + (c.clock + c.alu * compute_util) * f * v2
+        + (c.clock + c.sm * compute_util
+           + c.alu * (compute_util if flop_rate is None else flop_rate)) * f * v2
         + c.l2 * traffic * v2
         + c.hbm * traffic
     )
@@ -204,7 +235,8 @@ def _evaluate(
     effective = max(1, base_mhz + offset_mhz)
     r = roofline(profile, work, effective, mem_mhz)
     watts = power_w(
-        profile, r.compute_util, r.memory_util, effective, base_mhz, mem_clock_mhz=mem_mhz
+        profile, r.compute_util, r.memory_util, effective, base_mhz, mem_clock_mhz=mem_mhz,
+        flop_rate=r.flop_rate,
     )
     return watts, r, effective
 
@@ -251,7 +283,8 @@ def operating_point(
         reasons |= ClockEventReason.APPLICATIONS_CLOCKS_SETTING
     chosen = top
     if power_limit_w is not None:
-        chosen = _highest_fitting(profile, work, top, power_limit_w, offset_mhz, mem)
+        target = power_limit_w * (1 - profile.power_cap_hold)
+        chosen = _highest_fitting(profile, work, top, target, offset_mhz, mem)
         if chosen < top:
             reasons |= ClockEventReason.SW_POWER_CAP
     if thermal_slowdown:

@@ -44,9 +44,10 @@ class PowerCoefficients:
     context: float  # a kernel resident: SMs awake, a CUDA context active, whatever the clock
     clock: float  # clock tree, warp schedulers, L2/NoC clocking: f·V², not ALU-bound
     leakage: float  # static power at v_max and the reference temperature (rises with V and T)
-    alu: float  # the ALUs at full compute utilisation
+    alu: float  # the arithmetic units at the full peak FLOP rate
     l2: float  # L2 and crossbar traffic at full bandwidth (core voltage domain: scales with V²)
     hbm: float  # HBM and its PHY at full bandwidth (memory domain: no core-voltage term)
+    sm: float = 0.0  # SM issue and data paths while the compute roof is busy, whatever its rate
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,29 @@ class Sensors:
     power_average: PowerSensor | None
     energy_counter_period_s: float  # nvmlDeviceGetTotalEnergyConsumption updates this often
     power_cap_filter_s: float  # the power-cap controller acts on power filtered over this long
+
+
+@dataclass(frozen=True)
+class Achieved:
+    """What real kernels reach of the board's roofs (the ``achieved:`` section of a profile).
+
+    A datasheet roof is never reached: cuBLAS's large GEMM runs at ~0.8 of the tensor-core peak,
+    a convolution as the frameworks lower it far less, a streaming kernel at 0.7-0.9 of the HBM
+    bandwidth. Each figure is a fraction of its roof at the clock the call runs at; each belongs
+    to a kind of work (``KernelWork.kind``), never to a workload. Without the section a profile
+    reaches every roof (the model before real measurements).
+    """
+
+    matmul: float = 1.0  # matrix products, of the tensor-core (or fp32) peak
+    conv: float = 1.0  # convolutions as XLA and cuDNN run them, of the same peak
+    elementwise: float = 1.0  # other arithmetic, of the ALU peak
+    memory: float = 1.0  # of the memory bandwidth, for the bytes a call moves
+    transcendental_flops: float = 1.0  # ALU FLOPs one exp, log or tanh costs (XLA counts one)
+    launch_overhead_s: float = 5e-6  # fixed time per kernel launched: dispatch, fill and tail
+
+    def of(self, kind: str) -> float:
+        """The fraction of the compute roof a kind of work reaches."""
+        return float(getattr(self, kind))
 
 
 @dataclass(frozen=True)
@@ -112,7 +136,13 @@ class GpuProfile:
     thermal_time_constant_s: float  # first-order lag of the die temperature
     slowdown_temp_c: float  # above this the clock is slowed (HW thermal slowdown)
     sensors: Sensors  # NVML's power and energy readings on this board
-    launch_overhead_s: float = 5e-6  # fixed cost of one kernel launch
+    achieved: Achieved = Achieved()  # what real kernels reach of the roofs
+    power_cap_hold: float = 0.0  # the power controller holds this fraction under the limit
+
+    @property
+    def launch_overhead_s(self) -> float:
+        """Fixed time per kernel launched (``achieved.launch_overhead_s``)."""
+        return self.achieved.launch_overhead_s
 
     def __hash__(self) -> int:
         return hash(self.key)
@@ -204,12 +234,14 @@ def _power_coefficients(raw: Any, where: str) -> PowerCoefficients:
     names = [f.name for f in dataclasses.fields(PowerCoefficients)]
     if not isinstance(raw, dict):
         raise ProfileError(f"{where}: expected a mapping of the terms {', '.join(names)}")
-    missing, unknown = [n for n in names if n not in raw], sorted(set(raw) - set(names))
+    optional = {"sm"}  # 0 W where absent: a profile fitted before real measurements
+    missing = [n for n in names if n not in raw and n not in optional]
+    unknown = sorted(set(raw) - set(names))
     if missing or unknown:
         said = [f"missing {', '.join(missing)}"] if missing else []
         said += [f"unknown {', '.join(map(str, unknown))}"] if unknown else []
         raise ProfileError(f"{where}: {'; '.join(said)} (the terms: {', '.join(names)})")
-    coefficients = PowerCoefficients(**{n: float(raw[n]) for n in names})
+    coefficients = PowerCoefficients(**{n: float(raw[n]) for n in names if n in raw})
     negative = [n for n in names if not getattr(coefficients, n) >= 0]
     if negative:
         raise ProfileError(f"{where}: terms must be 0 W or more: {', '.join(negative)}")
@@ -245,6 +277,24 @@ def _sensors(raw: Any, where: str) -> Sensors:
     if not sensors.power_cap_filter_s >= 0:
         raise ProfileError(f"{where}.power_cap_filter_s must be 0 or more")
     return sensors
+
+
+def _achieved(raw: Any, where: str) -> Achieved:
+    if raw is None:
+        return Achieved()
+    names = [f.name for f in dataclasses.fields(Achieved)]
+    if not isinstance(raw, dict) or set(raw) - set(names):
+        unknown = sorted(set(raw) - set(names)) if isinstance(raw, dict) else raw
+        raise ProfileError(f"{where}: unknown {unknown!r} (the terms: {', '.join(names)})")
+    achieved = Achieved(**{n: float(v) for n, v in raw.items()})
+    fractions = [n for n in ("matmul", "conv", "elementwise", "memory")
+                 if not 0 < getattr(achieved, n) <= 1]
+    if fractions:
+        raise ProfileError(f"{where}: {', '.join(fractions)} must be a fraction in (0, 1]")
+    if not (achieved.transcendental_flops >= 1 and achieved.launch_overhead_s >= 0):
+        raise ProfileError(f"{where}: transcendental_flops must be 1 or more and "
+                           "launch_overhead_s 0 or more")
+    return achieved
 
 
 def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> GpuProfile:
@@ -290,6 +340,8 @@ def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> Gp
             thermal_time_constant_s=float(thermal["time_constant_s"]),
             slowdown_temp_c=float(thermal["slowdown_c"]),
             sensors=_sensors(raw["sensors"], f"{where}: sensors"),
+            achieved=_achieved(raw.get("achieved"), f"{where}: achieved"),
+            power_cap_hold=float(limits.get("hold_below", 0.0)),
         )
     except KeyError as e:
         raise ProfileError(f"{where}: missing key {e}") from None
@@ -307,6 +359,8 @@ def _check_ranges(profile: GpuProfile, where: str) -> None:
         profile.power_limit_min_w <= profile.power_limit_default_w <= profile.power_limit_max_w
     ):
         raise ProfileError(f"{where}: power_limit_w needs min <= default <= max")
+    if not 0 <= profile.power_cap_hold < 0.2:
+        raise ProfileError(f"{where}: power_limit_w.hold_below is a fraction in [0, 0.2)")
     if not 0 < profile.v_min_v <= profile.v_max_v:
         raise ProfileError(f"{where}: vf_curve needs 0 < v_min <= v_max")
     if profile.clock_offset_range_mhz is not None:

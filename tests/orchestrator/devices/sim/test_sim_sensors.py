@@ -29,6 +29,13 @@ def gemm(profile, seconds=CALL_S):
     )
 
 
+def stream(profile, seconds=CALL_S):
+    """A memory-bound call of about ``seconds``: under every board's default limit."""
+    nbytes = profile.memory_bandwidth_gbs * 1e9 * seconds
+    return KernelWork(flops=nbytes / 8, bytes_moved=nbytes, peak="fp32", kernel_class="stencil",
+                      framework="jax")
+
+
 @pytest.fixture
 def open_gpu(tmp_path, monkeypatch):
     """``open_gpu(profile)``: a one-GPU machine, nvmlInit'ed; returns (handle, profile)."""
@@ -96,7 +103,7 @@ def test_a_step_in_power_shows_in_the_instant_reading_within_a_period_and_a_wind
 
     sim.simDeviceIdle(h, 1.0 + 0.37 * sensor.period_s)  # a step between two updates
     step_s = sim.simDeviceGetTimeS(h)
-    work = gemm(p, 0.0005)
+    work = stream(p, 0.0005)  # under the limit: a capped load's power moves once the cap acts
     load_mw = None
     while True:
         load_mw = sim.simDeviceRecordKernelCall(h, work).power_mw
