@@ -189,7 +189,14 @@ def test_a_second_sweep_into_the_same_directory_is_refused_and_another_one_queue
     for f in faults_of(chaos, "two_sweeps"):
         assert f["same_dir_rc"] == 2 and f["ok"]
     sides = [s for s in chaos["sweeps"] if s["role"] == "side"]
-    assert sides and all(
-        s["stored_once"] == s["expected"] and s["statuses"] == {"ok": s["expected"]} for s in sides
-    )
+    assert sides
+    for s in sides:  # it ran to its end: each of its jobs stored once
+        assert s["stored_once"] == s["expected"] and not s["lost"], s
+        # It shares the GPUs, so a GPU fault struck while it queues may fail one of its trials
+        # (a lost GPU's trial is a device_error whichever sweep it belongs to); such a row is a
+        # fault's (the ledger test holds every failed row to a fault's sign), never a queueing's.
+        assert set(s["statuses"]) <= {"ok", "timeout", "crash", "device_error"}, s["statuses"]
+        assert s["statuses"].get("ok", 0) >= s["expected"] - sum(
+            1 for f in chaos["faults"] if f["kind"] in ("kernel_hang", "kernel_crash", "gpu_lost")
+        ), s["statuses"]
     assert chaos["totals"]["overlapping_trials"] == 0  # the two sweeps queued per GPU

@@ -184,19 +184,9 @@ SUPPORTED = {  # (board, what) -> NVIDIA says it is supported
     **{(b, "average field"): b == "h200_141gb" for b in BOARDS},
     **{(b, "instant field"): True for b in BOARDS},
 }
-_PROFILE_SAYS_OTHERWISE = pytest.mark.xfail(
-    strict=True,
-    reason="the V100 and P100 profiles (sensors.power_instant: null, 'estimate') answer "
-    "NOT_SUPPORTED where nvml.h says the instant field is supported on all architectures; "
-    "conf/device/profile is not this change's to edit",
-)
 
 
-@pytest.mark.parametrize(("board", "what"), [
-    pytest.param(b, w, marks=_PROFILE_SAYS_OTHERWISE
-                 if (w == "instant field" and b in ("v100_sxm2_16gb", "p100_pcie_16gb")) else ())
-    for b, w in SUPPORTED
-])
+@pytest.mark.parametrize(("board", "what"), list(SUPPORTED))
 def test_not_supported_answers_are_nvidias_for_each_generation(over_the_sim, board, what):
     h = pynvml.nvmlDeviceGetHandleByIndex(BOARDS.index(board))
     field = {"energy counter": pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
