@@ -71,7 +71,7 @@ def run_until(h, work, t_s):
 @pytest.mark.parametrize("profile", ["a100_sxm4_40gb", "h100_sxm5_80gb", "v100_sxm2_16gb"])
 def test_a_reading_is_the_mean_power_over_its_window_before_its_latest_update(open_gpu, profile):
     h, p = open_gpu(profile)
-    sensor = p.sensors.power_instant or p.sensors.power_usage  # the field where offered, else power usage
+    sensor = p.sensors.power_instant or p.sensors.power_usage  # the field, else power usage
     period, window = sensor.period_s, sensor.window_s
     update = 10 * period
     step = update - 0.4 * window  # the load starts inside the window of the update at 10 periods
