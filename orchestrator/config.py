@@ -44,6 +44,9 @@ class DeviceConfig:
     """Which GPUs, how to reach them, and the settings a trial asks for."""
 
     backend: str = "sim"  # "sim" (simulated NVML), "nvml" (real GPUs) or "cpu" (the host CPU)
+    # The size a kernel computes where workload.size is not set (conf/workload reads it): tiny on
+    # the sim, whose figures come from workload.sim_size, cpu on the CPU, gpu on a real GPU.
+    default_size: str = "cpu"
     gpus: Optional[list[Any]] = None  # NVML indices or UUIDs to use; None: every GPU
     observe_only: bool = False  # change nothing; refuse any sweep that asks for a setting
     # --- settings a trial asks for (None: leave at the device's default) ---
@@ -85,7 +88,7 @@ class WorkloadConfig:
     """Which kernel, at which size."""
 
     name: str = "gemm"  # a built-in (gemm, resnet50_train...), an entry point's name, or custom
-    size: str = "cpu"  # size preset the kernel really runs at: tiny, cpu, gpu
+    size: str = "cpu"  # size preset the kernel computes (the YAML: the device's default_size)
     dtype: str = "float32"  # input dtype: float32, bfloat16, ...
     sim_size: Optional[str] = "gpu"  # the size the simulated GPU models (None: the size above)
     target: Optional[str] = None  # workload=custom: "package.module:factory" (kernels.Workload)

@@ -41,7 +41,8 @@ PER_JOB_KEYS = (*SETTING_KEYS, *ROUTING_KEYS)
 
 # Config keys that do not change what a trial measures (kept out of the trial key).
 _NON_IDENTITY_KEYS = ("store_dir", "quiet", "objective")
-_NON_IDENTITY_DEVICE_KEYS = ("state_dir", "journal_dir", "gpus", "policy_file")
+# default_size only chooses workload.size, which is in the identity itself.
+_NON_IDENTITY_DEVICE_KEYS = ("state_dir", "journal_dir", "gpus", "policy_file", "default_size")
 
 
 def settings_request(device_cfg: Any) -> SettingsRequest:

@@ -359,13 +359,20 @@ def summarise(rows: Sequence[Mapping[str, Any]], label: str) -> str:
                 f"{r['iterations']} iters in {r['time_s']:.3f} s, "
                 f"{r.get('rate') or r['tflops'] or 0:.4g} {r.get('rate_unit') or 'TFLOP/s'}, "
                 f"{energy}, "
-                f"SM {r['observed_sm_clock_mhz'] or 0:.0f} MHz"
+                f"SM {r['observed_sm_clock_mhz'] or 0:.0f} MHz, {_sizes(r)}"
                 + ("" if r["valid"] else f", INVALID: {r['invalid_reason']}")
             )
         else:
             first = (r.get("error") or "").splitlines()[0] if r.get("error") else ""
             lines.append(f"{label} #{r['repeat']}: {r['status']}: {first}")
     return "\n".join(lines)
+
+
+def _sizes(row: Mapping[str, Any]) -> str:
+    """Which size the kernel computed, and on the sim the size its figures model."""
+    if row.get("sim_size") and row["sim_size"] != row.get("size"):
+        return f"size {row.get('size')} computed, {row['sim_size']} modelled"
+    return f"size {row.get('size')}"
 
 
 # --- what rows tell a sweeper -----------------------------------------------------------------

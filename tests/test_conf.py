@@ -36,3 +36,18 @@ def test_a_typo_in_a_key_is_a_one_line_user_error():
     with pytest.raises(UserError, match="Key 'windw_s' not in 'MeasureConfig'") as e:
         compose(["measure.windw_s=2"])
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "device, size", [("sim", "tiny"), ("cpu", "cpu"), ("nvml", "gpu")]
+)
+@pytest.mark.parametrize("workload", GROUPS["workload"])
+def test_the_size_a_kernel_computes_follows_the_device_unless_the_user_sets_it(
+    device, size, workload
+):
+    # The sim's figures come from sim_size whatever it computes, so it computes little; the CPU
+    # and a real GPU measure what they compute.
+    overrides = [f"device={device}", f"workload={workload}"]
+    assert compose(overrides).workload.size == size
+    assert compose([*overrides, "workload.size=gpu"]).workload.size == "gpu"
+    assert compose([*overrides, "device.default_size=cpu"]).workload.size == "cpu"

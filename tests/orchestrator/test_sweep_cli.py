@@ -42,6 +42,23 @@ def test_a_plain_sweep_runs_one_trial_and_prints_a_summary(tmp_path):
     assert row["observed_sm_clock_mhz"] == pytest.approx(1200, abs=1)
 
 
+def test_on_the_sim_a_trial_computes_the_tiny_preset_unless_told_and_says_so(tmp_path):
+    # No workload.size: the sim computes tiny (its figures come from sim_size, the gpu preset).
+    out = dvfs(tmp_path, "sweep", "measure=quick", "measure.settle_s=0",
+               f"hydra.run.dir={tmp_path / 'run'}")
+    assert out.returncode == 0, out.stderr
+    assert "size tiny computed, gpu modelled" in out.stdout
+    told = dvfs(tmp_path, "sweep", "measure=quick", "measure.settle_s=0", "workload.size=cpu",
+                f"hydra.run.dir={tmp_path / 'told'}")
+    assert told.returncode == 0, told.stderr
+    assert "size cpu computed, gpu modelled" in told.stdout
+    for run, size in (("run", "tiny"), ("told", "cpu")):
+        with ResultStore(tmp_path / run, readonly=True) as store:
+            (row,) = store.rows()
+        assert (row["size"], row["sim_size"]) == (size, "gpu")
+        assert row["energy_per_iter_j"] > 0
+
+
 @pytest.mark.parametrize(
     "override, message",
     [
