@@ -62,6 +62,7 @@ class ReportData:
     max_slowdown: float
     files: dict[str, Path]
     boards: pd.DataFrame | None = None  # :func:`analysis.boards.compare_boards`; None: not run
+    phases: pd.DataFrame | None = None  # :func:`analysis.phases.sweep_phases`; None: not run
 
     @property
     def failed_any(self) -> bool:
@@ -345,6 +346,27 @@ def failures(doc: Doc, d: ReportData) -> None:
           "(front.csv says why for each).")
 
 
+def time_spent(doc: Doc, d: ReportData) -> None:
+    """Each sweep's efficiency: its windows' share of its trials' wall time, and what else took
+    the most (rows without phase times, from older stores, are left out)."""
+    if d.phases is None or not len(d.phases):
+        return
+    doc.h(2, "Where the time went")
+    doc.p("Wall time of the trials, phase by phase (seconds, summed over each sweep's rows); the "
+          "efficiency is the windows' share of it. The physical limit of a sweep is its windows "
+          "and the check runs its checks need; every other phase is overhead. On the simulated "
+          "GPU a window's device time is virtual: these are the host's seconds.")
+    items = []
+    for r in d.phases.itertuples():
+        items.append(f"{r.sweep_id}: {r.trials} trials in {r.wall_s:.1f} s; windows "
+                     f"{r.phase_window_s:.1f} s ({100 * r.efficiency:.0f} %); the biggest other "
+                     f"phase: {r.biggest_other.replace('_', ' ')}, {r.biggest_other_s:.1f} s")
+    doc.items(items)
+    table = d.phases.drop(columns=["biggest_other", "biggest_other_s"]).rename(
+        columns=lambda c: c.removeprefix("phase_"))
+    doc.table(display(table, list(table.columns)))
+
+
 def configuration(doc: Doc, d: ReportData) -> None:
     """Trials per workload and framework, what was swept, and what every trial shared."""
     doc.h(2, "Sweep configuration")
@@ -380,7 +402,7 @@ def versions(doc: Doc, d: ReportData) -> None:
 
 SECTIONS: tuple[Callable[[Doc, ReportData], None], ...] = (
     header, summary, recommendations, boards, stability, comparisons, memory, failures,
-    not_measured, configuration, devices, versions,
+    not_measured, time_spent, configuration, devices, versions,
 )
 """The report's sections, in reading order."""
 

@@ -38,6 +38,7 @@ from analysis._sections import ReportData, build_doc
 from analysis.boards import compare_boards, sweep_objective
 from analysis.load import PathsLike, export, load, load_meta
 from analysis.pareto import pareto_front
+from analysis.phases import sweep_phases
 from analysis.recommend import aggregate_repeats, recommend
 from analysis.setting_labels import label_texts
 from analysis.thresholds import thresholds
@@ -88,7 +89,7 @@ def write_report(
     front = front if front.index.is_unique else front.reset_index(drop=True)
     recs = recommend(agg, max_slowdown=max_slowdown)
     thr, boards = thresholds(df), compare_boards(agg, sweep_objective(df))  # boards: 2 or more
-    data = ReportData(df, stores, front, recs, thr, max_slowdown, {}, boards)
+    data = ReportData(df, stores, front, recs, thr, max_slowdown, {}, boards, sweep_phases(df))
 
     files = data.files
     files["trials.csv"] = export(df, out / "trials.csv")

@@ -174,6 +174,18 @@ class TrialRow:
     digest: str | None = None
     checked_iters: int | None = None
     check_time_s: float | None = None
+    # where the trial's wall time went, in seconds (``PHASES``): the trial's own phases (build,
+    # settings, warm-up) on repeat 0, the restore on the last repeat, each repeat's on its row;
+    # ``wall_s`` is the row's sum, so a trial's rows add up to its wall time
+    phase_build_s: float | None = None  # kernel build/compile and the work it is charged
+    phase_settings_s: float | None = None  # settings applied and measure.settle_s
+    phase_warmup_s: float | None = None  # measure.warmup_iters calls
+    phase_edge_wait_s: float | None = None  # waits for the energy counter's edges
+    phase_window_s: float | None = None  # the timed window's calls
+    phase_check_run_s: float | None = None  # the checked calls after the window
+    phase_compare_s: float | None = None  # the reference (repeat 0) and the comparison
+    phase_restore_s: float | None = None  # the guard putting the device back
+    wall_s: float | None = None
     # provenance
     config: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
@@ -231,6 +243,27 @@ def failure_rows(
     base = base_row(job, identity, sweep_id=sweep_id, host=host, attempt=attempt)
     fail_rows(rows, base, job.repeats, status, error)
     return rows
+
+
+PHASES = ("build", "settings", "warmup", "edge_wait", "window", "check_run", "compare", "restore")
+"""A trial's phases, in the order they run (each a ``phase_<name>_s`` column)."""
+
+
+def fill_phases(rows: list[dict[str, Any]], trial: Mapping[str, float]) -> None:
+    """Put the trial's own phase times on its rows and sum each row's ``wall_s``.
+
+    ``trial`` holds the phases that belong to no repeat: build, settings and warm-up go to the
+    first row, the restore to the last; each row already holds its repeat's phases.
+    """
+    if not rows:
+        return
+    for name, seconds in trial.items():
+        row = rows[-1] if name == "restore" else rows[0]
+        key = f"phase_{name}_s"
+        row[key] = (row.get(key) or 0.0) + seconds
+    for row in rows:
+        times = [row.get(f"phase_{name}_s") for name in PHASES]
+        row["wall_s"] = sum(t for t in times if t is not None)
 
 
 # --- filling a measured row -------------------------------------------------------------------

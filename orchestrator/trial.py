@@ -62,6 +62,7 @@ from orchestrator.rows import (
     fail_rows,
     fill_checks,
     fill_measured,
+    fill_phases,
     fill_rate,
 )
 from orchestrator.window import KernelCalls, SimulatedCrash, measure_window
@@ -94,15 +95,18 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
     device = ctx.device
     base = base_row(job, device.identity, sweep_id=ctx.sweep_id, attempt=attempt)
     rows: list[dict[str, Any]] = []
+    phases: dict[str, float] = {}  # the trial's own phases (wall s); each repeat's go on its row
     health = device.health()  # an unhealthy GPU takes no further trials (sticky per Device)
     if not health.ok:  # nothing measured: the circumstances, not the setting
         fail_rows(rows, base, job.repeats, Status.NOT_MEASURED, f"not run: {health.reason}")
         return rows
     try:
         interrupt.check()  # a SIGTERM whose KeyboardInterrupt Python dropped stops the sweep here
+        wall = time.perf_counter()
         ctx.guard.apply(job.request)
         device.idle(job.config.measure.settle_s)
-        _measure(ctx, job, base, rows)
+        phases["settings"] = time.perf_counter() - wall
+        _measure(ctx, job, base, rows, phases)
         interrupt.check()  # ... or here: the guard may have put the GPU back mid-window
     except SimulatedCrash as e:
         fail_rows(rows, base, job.repeats, Status.CRASH, str(e))
@@ -117,21 +121,27 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
         error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
         fail_rows(rows, base, job.repeats, Status.CRASH, error)
     finally:
+        wall = time.perf_counter()
         try:
             ctx.guard.restore()
         except DeviceError as e:  # the journal keeps the entry; `dvfs restore` finishes the job
             for row in rows:
                 row["error"] = (row.get("error") or "") + f" | restore failed: {e}"
+        phases["restore"] = time.perf_counter() - wall
+        fill_phases(rows, phases)
     return rows
 
 
 def _measure(
-    ctx: TrialContext, job: JobSpec, base: dict[str, Any], rows: list[dict[str, Any]]
+    ctx: TrialContext, job: JobSpec, base: dict[str, Any], rows: list[dict[str, Any]],
+    phases: dict[str, float],
 ) -> None:
-    """Build and warm the kernel, then one window and its checks per repeat (rows appended)."""
+    """Build and warm the kernel, then one window and its checks per repeat (rows appended;
+    the wall time of the build and the warm-up into ``phases``, each repeat's into its row)."""
     from orchestrator.jobs import validate_workload
     from orchestrator.provenance import library_versions
 
+    wall = time.perf_counter()
     cfg, device = job.config, ctx.device
     spec = validate_workload(cfg)
     used_before = device.memory_used_bytes()
@@ -157,21 +167,29 @@ def _measure(
     if reset is not None:
         reset()
     m = cfg.measure
+    phases["build"] = time.perf_counter() - wall
     if ctx.on_kernel_calls is not None:
         ctx.on_kernel_calls()
+    wall = time.perf_counter()
     if m.warmup_iters:
         KernelCalls(kernel, device, work, None).run(m.warmup_iters)
+    phases["warmup"] = time.perf_counter() - wall
+    wall = time.perf_counter()
     reference = kernel.reference()
+    phases["compare"] = time.perf_counter() - wall  # the reference: repeat 0's comparison
     for repeat in range(m.repeats):
         row = dict(base, repeat=repeat, started_at=time.time())
         rows.append(row)
         window = measure_window(kernel, device, work, m, ctx.rng)
+        row.update({f"phase_{name}_s": s for name, s in window.phases.items()})
         fill_measured(row, window, counts, job)
         fill_rate(row, spec.unit, spec.items(preset))
         if window.measurement.method == "none":
             row["energy_note"] = device.capabilities().energy_note or "no energy sensor"
         row["temperature_c"] = device.temperature_c()
+        wall = time.perf_counter()
         fill_checks(row, window.checks, reference, job, spec.name)
+        row["phase_compare_s"] = time.perf_counter() - wall
         _fill_memory(row, kernel, memory, (used_before, device.memory_used_bytes()))
         row["ended_at"] = time.time()
 

@@ -35,6 +35,7 @@ timed window is seen by nothing, as on hardware: detection is the check run's jo
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -244,6 +245,7 @@ class Window:
     iterations: int  # calls inside the window
     checks: Checks  # what the checked calls (in the window or the check run) left
     aligned: bool | None  # both ends on counter edges; None: no counter
+    phases: dict[str, float] = field(default_factory=dict)  # wall s: edge_wait, window, check_run
 
 
 def measure_window(kernel: Any, device: Device, work: KernelWork, m: Any,
@@ -255,16 +257,20 @@ def measure_window(kernel: Any, device: Device, work: KernelWork, m: Any,
     calls = KernelCalls(kernel, device, work, meter)
     in_window = None if mode == "after" else _Recorder(kernel, mode, keep_at, rng)
     aligned: bool | None = None
+    phases = {"edge_wait": 0.0}
     meter.arm()
     try:
         n = 0  # calls inside the window
         if meter.method == "counter":
+            wall = time.perf_counter()
             edge = _await_edge(calls, meter, None, m.counter_edge_wait_s, None)
+            phases["edge_wait"] += time.perf_counter() - wall
             aligned = edge.found
             meter.start(at_s=edge.at_s)
             n = edge.after if edge.at_s == meter.start_s else 0  # ran after the window opened
         else:
             meter.start()
+        wall = time.perf_counter()
         t0 = meter.start_s
         per_call_s = 0.0
         while True:
@@ -275,20 +281,26 @@ def measure_window(kernel: Any, device: Device, work: KernelWork, m: Any,
             per_call_s = elapsed / n
             if (elapsed >= m.window_s and n >= m.min_iters) or n >= m.max_iters:
                 break
+        phases["window"] = time.perf_counter() - wall
         end_s = None
         if meter.method == "counter":
+            wall = time.perf_counter()
             edge = _await_edge(calls, meter, per_call_s, m.counter_edge_wait_s, in_window)
+            phases["edge_wait"] += time.perf_counter() - wall
             aligned = bool(aligned and edge.found)
             n += edge.made - edge.after  # those after the edge ran outside the window
             end_s = edge.at_s if edge.found else None
         measurement = meter.stop(end_s=device.now_s() if end_s is None else end_s)
     finally:
         meter.close()
+    wall = time.perf_counter()
     if in_window is not None:
         checks = in_window.finish()
     else:
         checks = check_run(kernel, device, work, m.check_iters or n, keep_at, rng)
-    return Window(measurement=measurement, iterations=n, checks=checks, aligned=aligned)
+    phases["check_run"] = time.perf_counter() - wall
+    return Window(measurement=measurement, iterations=n, checks=checks, aligned=aligned,
+                  phases=phases)
 
 
 def check_run(kernel: Any, device: Device, work: KernelWork, count: int, keep_at: set[int],

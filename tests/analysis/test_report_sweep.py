@@ -107,3 +107,14 @@ def test_the_report_of_a_running_sweep_reports_what_is_stored(sim_sweep):
     assert read >= sim_sweep["mid_rows_before"] >= 4
     if sim_sweep["mid_sweep_still_running"]:
         assert read < SWEEP_TRIALS
+
+
+def test_the_report_says_where_each_sweeps_time_went(sim_sweep):
+    md = (sim_sweep["out"] / "report.md").read_text()
+    section = md.split("## Where the time went", 1)[1].split("\n## ", 1)[0]
+    found = re.search(r": (\d+) trials in ([\d.]+) s; windows ([\d.]+) s \((\d+) %\); the biggest "
+                      r"other phase: ([a-z ]+), ([\d.]+) s", section)
+    assert found, section
+    trials, wall, windows, pct = int(found[1]), float(found[2]), float(found[3]), int(found[4])
+    assert trials == SWEEP_TRIALS
+    assert 0 < windows < wall and pct == round(100 * windows / wall)

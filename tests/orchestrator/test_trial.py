@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from support import signal_in_a_gc_callback
 
 from orchestrator.config import compose
 from orchestrator.jobs import JobSpec
-from orchestrator.rows import objective
+from orchestrator.rows import PHASES, objective
 from orchestrator.trial import run_trial
 
 
@@ -75,6 +77,27 @@ def test_repeats_give_one_row_each_with_the_same_key(run):
     assert len({r["trial_key"] for r in rows}) == 1
     assert all(r["status"] == "ok" for r in rows)
     assert objective(rows, "edp") > 0
+
+
+def test_each_row_says_where_its_wall_time_went_and_a_trials_rows_add_up(run):
+    t0 = time.perf_counter()
+    rows, _ = run("measure.repeats=2")
+    elapsed = time.perf_counter() - t0
+    first, last = rows
+    trial_own = ("build", "settings", "warmup")
+    for row in rows:
+        phases = {name: row[f"phase_{name}_s"] for name in PHASES}
+        assert all(v is None or v >= 0 for v in phases.values()), phases
+        assert row["wall_s"] == pytest.approx(sum(v for v in phases.values() if v is not None))
+        for name in ("edge_wait", "window", "check_run", "compare"):  # each repeat's own
+            assert phases[name] is not None, name
+        assert phases["window"] > 0 and phases["check_run"] > 0
+    assert all(first[f"phase_{name}_s"] is not None for name in trial_own)
+    assert all(last[f"phase_{name}_s"] is None for name in trial_own)  # counted once
+    assert last["phase_restore_s"] is not None and first["phase_restore_s"] is None
+    # The phases are the trial's own seconds: they fit inside the time the call took (which
+    # also composed the config and opened the machine).
+    assert 0 < first["wall_s"] + last["wall_s"] <= elapsed
 
 
 def _signal_inside_a_gc_callback(signum) -> None:
