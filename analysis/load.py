@@ -42,7 +42,8 @@ ROW_COLUMNS: list[str] = [
     "sm_clock_min_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_mhz",
     "default_setting",
     # observed
-    "observed_sm_clock_mhz", "avg_power_w", "peak_power_w", "temperature_c", "throttle_reasons",
+    "observed_sm_clock_mhz", "avg_power_w", "peak_power_w", "temperature_start_c", "temperature_c",
+    "throttle_reasons",
     # measured
     "iterations", "time_s", "time_per_iter_s", "throughput", "tflops", "gbps", "energy_j",
     "energy_per_iter_j", "energy_per_tflop_j", "energy_per_gb_j",

@@ -123,7 +123,8 @@ class TrialRow:
     observed_sm_clock_mhz: float | None = None
     avg_power_w: float | None = None
     peak_power_w: float | None = None
-    temperature_c: float | None = None
+    temperature_start_c: float | None = None  # the die when the window began
+    temperature_c: float | None = None  # the die after the window: a hot window's rise
     throttle_reasons: list[str] = field(default_factory=list)
     # measured
     iterations: int | None = None

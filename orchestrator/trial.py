@@ -180,6 +180,7 @@ def _measure(
     for repeat in range(m.repeats):
         row = dict(base, repeat=repeat, started_at=time.time())
         rows.append(row)
+        row["temperature_start_c"] = device.temperature_c()  # leakage follows it: see README
         window = measure_window(kernel, device, work, m, ctx.rng)
         row.update({f"phase_{name}_s": s for name, s in window.phases.items()})
         fill_measured(row, window, counts, job)

@@ -100,6 +100,15 @@ def test_each_row_says_where_its_wall_time_went_and_a_trials_rows_add_up(run):
     assert 0 < first["wall_s"] + last["wall_s"] <= elapsed
 
 
+def test_rows_record_the_die_temperature_at_the_windows_start_and_end(run):
+    # A 10 s GEMM window on a cool simulated A100 (time constant 40 s) warms the die, so the
+    # repeat after it starts hotter: the bias a back-to-back sweep carries into its next trial.
+    first, second = run("measure.window_s=10", "measure.repeats=2")[0]
+    assert first["temperature_start_c"] + 3 <= first["temperature_c"]
+    assert second["temperature_start_c"] >= first["temperature_c"] - 1
+    assert second["temperature_start_c"] > first["temperature_start_c"]
+
+
 def _signal_inside_a_gc_callback(signum) -> None:
     import gc
 
