@@ -17,6 +17,11 @@ The sequence, for each trial:
    energy-counter updates);
 6. put the device back to its default setting (the guard restores it in any case).
 
+Each phase's wall time goes in the rows (``phase_<name>_s``, ``orchestrator.rows.PHASES``: the
+build, settings and warm-up on the first repeat, the restore on the last, each repeat's edge
+waits, window, check run and comparison on its own row), so a sweep can say what share of its
+time its windows took (``analysis.phases``).
+
 On the simulated GPU the kernel really runs on the CPU, and the device's model accounts each call
 at ``workload.sim_size`` (by default the ``gpu`` preset): the sim's clock, energy and roofline
 describe the GPU-sized problem while the CPU computes a small one, so outputs and checks stay real
@@ -180,7 +185,7 @@ def _measure(
     for repeat in range(m.repeats):
         row = dict(base, repeat=repeat, started_at=time.time())
         rows.append(row)
-        row["temperature_start_c"] = device.temperature_c()  # leakage follows it: see README
+        row["temperature_start_c"] = device.temperature_c()  # leakage, and so power, follow it
         window = measure_window(kernel, device, work, m, ctx.rng)
         row.update({f"phase_{name}_s": s for name, s in window.phases.items()})
         fill_measured(row, window, counts, job)
