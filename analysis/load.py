@@ -61,7 +61,7 @@ ROW_COLUMNS: list[str] = [
     # the work of one call as compiled (charged on the sim; kernels/cost.py)
     "charged_flops", "charged_bytes", "charged_launches", "charged_transcendentals", "work_kind",
     "work_source", "work_note",
-    # where the trial's wall time went (orchestrator.rows.PHASES)
+    # where the trial's wall time went (orchestrator.phases.PHASES)
     "phase_build_s", "phase_settings_s", "phase_warmup_s", "phase_edge_wait_s", "phase_window_s",
     "phase_check_run_s", "phase_compare_s", "phase_restore_s", "wall_s",
     # context

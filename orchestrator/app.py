@@ -26,7 +26,8 @@ from orchestrator import estimate
 from orchestrator.config import CONF_DIR, hydra_user_error, register_configs
 from orchestrator.errors import DvfsError, UserError
 from orchestrator.jobs import JobSpec, record_sweep, resume_trials
-from orchestrator.rows import JobResult, summarise
+from orchestrator.progress import summarise
+from orchestrator.rows import JobResult
 from orchestrator.session import GpuSession
 
 

@@ -44,9 +44,7 @@ class DeviceConfig:
     """Which GPUs, how to reach them, and the settings a trial asks for."""
 
     backend: str = "sim"  # "sim" (simulated NVML), "nvml" (real GPUs) or "cpu" (the host CPU)
-    # The size a kernel computes where workload.size is not set (conf/workload reads it): tiny on
-    # the sim, whose figures come from workload.sim_size, cpu on the CPU, gpu on a real GPU.
-    default_size: str = "cpu"
+    default_size: str = "cpu"  # workload.size where unset: tiny (sim), cpu (cpu), gpu (nvml)
     gpus: Optional[list[Any]] = None  # NVML indices or UUIDs to use; None: every GPU
     observe_only: bool = False  # change nothing; refuse any sweep that asks for a setting
     # --- settings a trial asks for (None: leave at the device's default) ---

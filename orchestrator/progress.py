@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
 
 
 def format_duration(seconds: float) -> str:
@@ -158,3 +159,35 @@ class Progress:
             self.stream.write("\r\x1b[2K")
             self.stream.flush()
             self._drawn = False
+
+
+# --- what a trial's rows tell a person ------------------------------------------------------
+def summarise(rows: Sequence[Mapping[str, Any]], label: str) -> str:
+    """One line per repeat: status, throughput, power, energy, validity."""
+    lines = []
+    for r in rows:
+        if r.get("iterations"):
+            energy = (
+                "no energy measured"  # device=cpu without a readable RAPL counter
+                if r.get("energy_j") is None
+                else f"{r['avg_power_w']:.0f} W avg, {r['energy_per_iter_j']:.4g} J/iter"
+            )
+            lines.append(
+                f"{label} #{r['repeat']}: {r['status']}, "
+                f"{r['iterations']} iters in {r['time_s']:.3f} s, "
+                f"{r.get('rate') or r['tflops'] or 0:.4g} {r.get('rate_unit') or 'TFLOP/s'}, "
+                f"{energy}, "
+                f"SM {r['observed_sm_clock_mhz'] or 0:.0f} MHz, {_sizes(r)}"
+                + ("" if r["valid"] else f", INVALID: {r['invalid_reason']}")
+            )
+        else:
+            first = (r.get("error") or "").splitlines()[0] if r.get("error") else ""
+            lines.append(f"{label} #{r['repeat']}: {r['status']}: {first}")
+    return "\n".join(lines)
+
+
+def _sizes(row: Mapping[str, Any]) -> str:
+    """Which size the kernel computed, and on the sim the size its figures model."""
+    if row.get("sim_size") and row["sim_size"] != row.get("size"):
+        return f"size {row.get('size')} computed, {row['sim_size']} modelled"
+    return f"size {row.get('size')}"

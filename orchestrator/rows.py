@@ -246,27 +246,6 @@ def failure_rows(
     return rows
 
 
-PHASES = ("build", "settings", "warmup", "edge_wait", "window", "check_run", "compare", "restore")
-"""A trial's phases, in the order they run (each a ``phase_<name>_s`` column)."""
-
-
-def fill_phases(rows: list[dict[str, Any]], trial: Mapping[str, float]) -> None:
-    """Put the trial's own phase times on its rows and sum each row's ``wall_s``.
-
-    ``trial`` holds the phases that belong to no repeat: build, settings and warm-up go to the
-    first row, the restore to the last; each row already holds its repeat's phases.
-    """
-    if not rows:
-        return
-    for name, seconds in trial.items():
-        row = rows[-1] if name == "restore" else rows[0]
-        key = f"phase_{name}_s"
-        row[key] = (row.get(key) or 0.0) + seconds
-    for row in rows:
-        times = [row.get(f"phase_{name}_s") for name in PHASES]
-        row["wall_s"] = sum(t for t in times if t is not None)
-
-
 # --- filling a measured row -------------------------------------------------------------------
 def fill_measured(row: dict[str, Any], window: Window, counts: Any, job: JobSpec) -> None:
     """The window's time, energy and observations, the rates per unit of work, and the verdict."""
@@ -375,38 +354,6 @@ def fill_checks(
         checked_iters=checks.calls,
         check_time_s=checks.time_s,
     )
-
-
-# --- what rows tell a person -----------------------------------------------------------------
-def summarise(rows: Sequence[Mapping[str, Any]], label: str) -> str:
-    """One line per repeat: status, throughput, power, energy, validity."""
-    lines = []
-    for r in rows:
-        if r.get("iterations"):
-            energy = (
-                "no energy measured"  # device=cpu without a readable RAPL counter
-                if r.get("energy_j") is None
-                else f"{r['avg_power_w']:.0f} W avg, {r['energy_per_iter_j']:.4g} J/iter"
-            )
-            lines.append(
-                f"{label} #{r['repeat']}: {r['status']}, "
-                f"{r['iterations']} iters in {r['time_s']:.3f} s, "
-                f"{r.get('rate') or r['tflops'] or 0:.4g} {r.get('rate_unit') or 'TFLOP/s'}, "
-                f"{energy}, "
-                f"SM {r['observed_sm_clock_mhz'] or 0:.0f} MHz, {_sizes(r)}"
-                + ("" if r["valid"] else f", INVALID: {r['invalid_reason']}")
-            )
-        else:
-            first = (r.get("error") or "").splitlines()[0] if r.get("error") else ""
-            lines.append(f"{label} #{r['repeat']}: {r['status']}: {first}")
-    return "\n".join(lines)
-
-
-def _sizes(row: Mapping[str, Any]) -> str:
-    """Which size the kernel computed, and on the sim the size its figures model."""
-    if row.get("sim_size") and row["sim_size"] != row.get("size"):
-        return f"size {row.get('size')} computed, {row['sim_size']} modelled"
-    return f"size {row.get('size')}"
 
 
 # --- what rows tell a sweeper -----------------------------------------------------------------

@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING, Any
 from orchestrator import interrupt
 from orchestrator.job_queue import JobQueue
 from orchestrator.pool import GpuPool
-from orchestrator.progress import Progress
+from orchestrator.progress import Progress, summarise
 from orchestrator.ray_calls import first_line, kill
 from orchestrator.resume import BatchStores
-from orchestrator.rows import JobResult, Status, failure_rows, summarise
+from orchestrator.rows import JobResult, Status, failure_rows
 from orchestrator.slot import Call, Slot, SlotState
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ The sequence, for each trial:
    energy-counter updates);
 6. put the device back to its default setting (the guard restores it in any case).
 
-Each phase's wall time goes in the rows (``phase_<name>_s``, ``orchestrator.rows.PHASES``: the
+Each phase's wall time goes in the rows (``phase_<name>_s``, ``orchestrator.phases.PHASES``: the
 build, settings and warm-up on the first repeat, the restore on the last, each repeat's edge
 waits, window, check run and comparison on its own row), so a sweep can say what share of its
 time its windows took (``analysis.phases``).
@@ -61,13 +61,13 @@ from orchestrator import interrupt
 from orchestrator.devices.base import Device, KernelWork
 from orchestrator.errors import DeviceError, DeviceLostError, UserError
 from orchestrator.guard import SettingsGuard
+from orchestrator.phases import fill_phases, timed
 from orchestrator.rows import (
     Status,
     base_row,
     fail_rows,
     fill_checks,
     fill_measured,
-    fill_phases,
     fill_rate,
 )
 from orchestrator.window import KernelCalls, SimulatedCrash, measure_window
@@ -107,10 +107,9 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
         return rows
     try:
         interrupt.check()  # a SIGTERM whose KeyboardInterrupt Python dropped stops the sweep here
-        wall = time.perf_counter()
-        ctx.guard.apply(job.request)
-        device.idle(job.config.measure.settle_s)
-        phases["settings"] = time.perf_counter() - wall
+        with timed(phases, "settings"):
+            ctx.guard.apply(job.request)
+            device.idle(job.config.measure.settle_s)
         _measure(ctx, job, base, rows, phases)
         interrupt.check()  # ... or here: the guard may have put the GPU back mid-window
     except SimulatedCrash as e:
@@ -126,13 +125,12 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
         error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
         fail_rows(rows, base, job.repeats, Status.CRASH, error)
     finally:
-        wall = time.perf_counter()
         try:
-            ctx.guard.restore()
+            with timed(phases, "restore"):
+                ctx.guard.restore()
         except DeviceError as e:  # the journal keeps the entry; `dvfs restore` finishes the job
             for row in rows:
                 row["error"] = (row.get("error") or "") + f" | restore failed: {e}"
-        phases["restore"] = time.perf_counter() - wall
         fill_phases(rows, phases)
     return rows
 
@@ -175,13 +173,11 @@ def _measure(
     phases["build"] = time.perf_counter() - wall
     if ctx.on_kernel_calls is not None:
         ctx.on_kernel_calls()
-    wall = time.perf_counter()
-    if m.warmup_iters:
-        KernelCalls(kernel, device, work, None).run(m.warmup_iters)
-    phases["warmup"] = time.perf_counter() - wall
-    wall = time.perf_counter()
-    reference = kernel.reference()
-    phases["compare"] = time.perf_counter() - wall  # the reference: repeat 0's comparison
+    with timed(phases, "warmup"):
+        if m.warmup_iters:
+            KernelCalls(kernel, device, work, None).run(m.warmup_iters)
+    with timed(phases, "compare"):  # the reference: repeat 0's comparison
+        reference = kernel.reference()
     for repeat in range(m.repeats):
         row = dict(base, repeat=repeat, started_at=time.time())
         rows.append(row)
@@ -193,9 +189,8 @@ def _measure(
         if window.measurement.method == "none":
             row["energy_note"] = device.capabilities().energy_note or "no energy sensor"
         row["temperature_c"] = device.temperature_c()
-        wall = time.perf_counter()
-        fill_checks(row, window.checks, reference, job, spec.name)
-        row["phase_compare_s"] = time.perf_counter() - wall
+        with timed(row, "phase_compare_s"):
+            fill_checks(row, window.checks, reference, job, spec.name)
         _fill_memory(row, kernel, memory, (used_before, device.memory_used_bytes()))
         row["ended_at"] = time.time()
 

@@ -44,6 +44,7 @@ import numpy as np
 from orchestrator import inject, interrupt
 from orchestrator.devices.base import Device, Fault, KernelWork
 from orchestrator.meter import EnergyMeter, Measurement
+from orchestrator.phases import timed
 
 DigestMode = Literal["after", "inline", "host"]  # orchestrator.config.DIGESTS validates it
 CHUNKS_PER_WINDOW = 32  # a chunk of calls lasts about this fraction of the window
@@ -262,9 +263,8 @@ def measure_window(kernel: Any, device: Device, work: KernelWork, m: Any,
     try:
         n = 0  # calls inside the window
         if meter.method == "counter":
-            wall = time.perf_counter()
-            edge = _await_edge(calls, meter, None, m.counter_edge_wait_s, None)
-            phases["edge_wait"] += time.perf_counter() - wall
+            with timed(phases, "edge_wait"):
+                edge = _await_edge(calls, meter, None, m.counter_edge_wait_s, None)
             aligned = edge.found
             meter.start(at_s=edge.at_s)
             n = edge.after if edge.at_s == meter.start_s else 0  # ran after the window opened
@@ -284,21 +284,19 @@ def measure_window(kernel: Any, device: Device, work: KernelWork, m: Any,
         phases["window"] = time.perf_counter() - wall
         end_s = None
         if meter.method == "counter":
-            wall = time.perf_counter()
-            edge = _await_edge(calls, meter, per_call_s, m.counter_edge_wait_s, in_window)
-            phases["edge_wait"] += time.perf_counter() - wall
+            with timed(phases, "edge_wait"):
+                edge = _await_edge(calls, meter, per_call_s, m.counter_edge_wait_s, in_window)
             aligned = bool(aligned and edge.found)
             n += edge.made - edge.after  # those after the edge ran outside the window
             end_s = edge.at_s if edge.found else None
         measurement = meter.stop(end_s=device.now_s() if end_s is None else end_s)
     finally:
         meter.close()
-    wall = time.perf_counter()
-    if in_window is not None:
-        checks = in_window.finish()
-    else:
-        checks = check_run(kernel, device, work, m.check_iters or n, keep_at, rng)
-    phases["check_run"] = time.perf_counter() - wall
+    with timed(phases, "check_run"):
+        if in_window is not None:
+            checks = in_window.finish()
+        else:
+            checks = check_run(kernel, device, work, m.check_iters or n, keep_at, rng)
     return Window(measurement=measurement, iterations=n, checks=checks, aligned=aligned,
                   phases=phases)
 

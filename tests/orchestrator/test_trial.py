@@ -9,7 +9,8 @@ from support import signal_in_a_gc_callback
 
 from orchestrator.config import compose
 from orchestrator.jobs import JobSpec
-from orchestrator.rows import PHASES, objective
+from orchestrator.phases import PHASES
+from orchestrator.rows import objective
 from orchestrator.trial import run_trial
 
 

@@ -130,6 +130,7 @@ def test_a_users_workload_runs_on_the_cpu_device_too(tmp_path):
                f"device.powercap_root={tmp_path / 'powercap'}",
                f"device.journal_dir={tmp_path / 'journal'}", "workload=custom",
                f"workload.target={TARGET}", "framework=jax,tensorflow", *QUICK,
+               "workload.size=tiny",  # device=cpu computes its cpu preset unless told
                f"hydra.sweep.dir={d}", env={"DVFS_WORKLOAD_PATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
     rows = {r["framework"]: r for r in rows_of(d)}
