@@ -117,4 +117,4 @@ def test_the_report_says_where_each_sweeps_time_went(sim_sweep):
     assert found, section
     trials, wall, windows, pct = int(found[1]), float(found[2]), float(found[3]), int(found[4])
     assert trials == SWEEP_TRIALS
-    assert 0 < windows < wall and pct == round(100 * windows / wall)
+    assert 0 < windows < wall and abs(pct - 100 * windows / wall) <= 1.5  # printed rounded
