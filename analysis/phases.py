@@ -15,6 +15,8 @@ import pandas as pd
 from orchestrator.phases import PHASES
 
 COLUMNS = [f"phase_{name}_s" for name in PHASES]
+_OUT = ["sweep_id", "trials", "wall_s", *COLUMNS, "efficiency", "biggest_other",
+        "biggest_other_s"]
 
 
 def sweep_phases(df: pd.DataFrame) -> pd.DataFrame:
@@ -30,8 +32,7 @@ def sweep_phases(df: pd.DataFrame) -> pd.DataFrame:
         when no row carries phase times.
     """
     if "wall_s" not in df:
-        return pd.DataFrame(columns=["sweep_id", "trials", "wall_s", *COLUMNS, "efficiency",
-                                     "biggest_other", "biggest_other_s"])
+        return pd.DataFrame(columns=_OUT)
     timed = df[pd.to_numeric(df["wall_s"], errors="coerce").notna()]
     out = []
     for sweep, rows in timed.groupby("sweep_id", sort=True):
@@ -47,5 +48,4 @@ def sweep_phases(df: pd.DataFrame) -> pd.DataFrame:
             "biggest_other": biggest.removeprefix("phase_").removesuffix("_s"),
             "biggest_other_s": others[biggest],
         })
-    return pd.DataFrame(out, columns=["sweep_id", "trials", "wall_s", *COLUMNS, "efficiency",
-                                      "biggest_other", "biggest_other_s"])
+    return pd.DataFrame(out, columns=_OUT)
