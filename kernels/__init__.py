@@ -5,13 +5,14 @@ a JAX implementation (``jax.jit``), a TensorFlow one (``tf.function``, XLA on a 
 NumPy reference and an analytic count of FLOPs and minimum bytes per call. A kernel is built once
 (inputs, compile, warm-up) and then called many times on the same inputs::
 
-    from kernels import build_kernel, check_outputs, fingerprint_hex
+    from kernels import build_kernel, check_errors, fingerprint_hex
 
     k = build_kernel("gemm", framework="jax", preset="tiny")
     calls = [k.dispatch_checked() for _ in range(3)]      # queued; fingerprints stay on the device
     fingerprints = k.fetch([fp for _, fp in calls])       # a few bytes each, after the loop
-    result = check_outputs(k.fetch([calls[-1][0]]), k.reference(), k.dtype, k.precision,
-                           k.workload, digests=[fingerprint_hex(f) for f in fingerprints])
+    errors = k.compare([calls[0][0], calls[-1][0]])       # on the device: four numbers each
+    result = check_errors(errors, [fingerprint_hex(f) for f in fingerprints], k.dtype,
+                          k.precision, k.workload)
 
 Importing this package imports neither JAX nor TensorFlow (nor ml_dtypes): they load when the
 first kernel is built. This package knows nothing of devices, Ray or configuration.
@@ -19,7 +20,15 @@ first kernel is built. This package knows nothing of devices, Ray or configurati
 
 from kernels.build import BuiltKernel
 from kernels.cache import KernelCache
-from kernels.checks import CheckResult, Verdict, check_outputs, output_digest, tolerance_for
+from kernels.checks import (
+    CheckResult,
+    Verdict,
+    check_errors,
+    check_outputs,
+    output_digest,
+    tolerance_for,
+)
+from kernels.compare import OutputErrors
 from kernels.cost import CompiledWork, compiled_work
 from kernels.fingerprint import fingerprint_hex, numpy_fingerprint
 from kernels.registry import (
@@ -52,7 +61,9 @@ __all__ = [
     "Verdict",
     "WorkCounts",
     "Workload",
+    "OutputErrors",
     "build_kernel",
+    "check_errors",
     "check_outputs",
     "compiled_work",
     "fingerprint_hex",

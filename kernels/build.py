@@ -30,6 +30,14 @@ from typing import Any
 import numpy as np
 
 from kernels import frameworks as fw
+from kernels.compare import (
+    OutputErrors,
+    errors_from_sums,
+    host_errors,
+    jax_error_sums,
+    split_reference,
+    tf_error_sums,
+)
 from kernels.cost import CompiledWork, compiled_work
 from kernels.fingerprint import jax_fingerprint, tf_fingerprint
 from kernels.spec import KernelOptionError, KernelSpec, WorkCounts
@@ -76,9 +84,22 @@ class _JaxBackend:
             self._compiled = jax.jit(fn).lower(*self._args).compile()
         self._checked: Any = None
         self._fingerprint: Any = None
+        self._error_sums: Any = None
 
     def dispatch(self) -> Any:
         return self._compiled(*self._args)
+
+    def put(self, array: np.ndarray) -> Any:
+        return self._jax.device_put(array)
+
+    def error_sums(self, handle: Any, hi: Any, lo: Any) -> Any:
+        if self._error_sums is None:
+            self._error_sums = self._jax.jit(jax_error_sums)
+        return self._error_sums(handle, hi, lo)
+
+    @staticmethod
+    def nbytes(handle: Any) -> int:
+        return int(handle.nbytes)
 
     def dispatch_checked(self) -> tuple[Any, Any]:
         if self._checked is None:
@@ -149,6 +170,7 @@ class _TensorFlowBackend:
             self._concrete = function.get_concrete_function(*self._args)
         self._checked: Any = None
         self._fingerprint: Any = None
+        self._error_sums: Any = None
 
     def _fingerprint_fn(self) -> Any:
         if self._fingerprint is None:
@@ -178,6 +200,21 @@ class _TensorFlowBackend:
     def fingerprint(self, handle: Any) -> Any:
         with self._tf.device(self._device):
             return self._fingerprint_fn()(handle)
+
+    def put(self, array: np.ndarray) -> Any:
+        with self._tf.device(self._device):
+            return self._tf.identity(self._tf.constant(array))
+
+    def error_sums(self, handle: Any, hi: Any, lo: Any) -> Any:
+        if self._error_sums is None:  # XLA, as for the fingerprint: fused, on the output's device
+            self._error_sums = self._tf.function(tf_error_sums, jit_compile=True,
+                                                 autograph=False)
+        with self._tf.device(self._device):
+            return self._error_sums(handle, hi, lo)
+
+    @staticmethod
+    def nbytes(handle: Any) -> int:
+        return int(handle.shape.num_elements()) * handle.dtype.size
 
     def sync(self, handle: Any) -> None:
         del handle
@@ -225,6 +262,10 @@ class BuiltKernel:
         xla: whether XLA compiles it (always True for JAX).
         counts: FLOPs and minimum bytes of one call at this size.
         build_s: seconds the build took (inputs, transfer, compile, warm-up call).
+        output_bytes: bytes of one call's output on the device.
+        bytes_to_host: bytes of outputs and check results copied to the host so far
+            (:meth:`fetch`, :meth:`to_numpy`, :meth:`compare`): a trial's share is what it added.
+        reference_builds: how many times the float64 reference was computed (at most once).
     """
 
     def __init__(
@@ -253,13 +294,18 @@ class BuiltKernel:
         self.counts: WorkCounts = spec.counts(preset, dtype, self.variant)
         self.framework_version = fw.framework_version(framework)
         self._reference: np.ndarray | None = None
+        self._reference_on_device: tuple[Any, ...] | None = None
+        self.bytes_to_host = 0
+        self.reference_builds = 0
         inputs = self._rounded_inputs()
         if framework == "jax":
             self._backend: Any = _JaxBackend(spec.jax_fn(self.size), inputs, precision)
         else:
             self._backend = _TensorFlowBackend(spec.tf_fn(self.size), inputs, precision, self.xla)
         del inputs
-        self._backend.call_device()  # warm-up: first-call allocations and autotuning.
+        warm = self._backend.call_device()  # warm-up: first-call allocations and autotuning.
+        self.output_bytes = self._backend.nbytes(warm)
+        del warm
         self.build_s = time.perf_counter() - start
 
     def _rounded_inputs(self) -> tuple[np.ndarray, ...]:
@@ -302,11 +348,15 @@ class BuiltKernel:
 
     def fetch(self, handles: list[Any]) -> list[np.ndarray]:
         """Copy device handles to the host, as NumPy arrays (after a window, never inside one)."""
-        return self._backend.fetch(handles)
+        arrays = self._backend.fetch(handles)
+        self.bytes_to_host += sum(a.nbytes for a in arrays)
+        return arrays
 
     def to_numpy(self, handle: Any) -> np.ndarray:
         """Copy an output handle from :meth:`call_device` into a NumPy array."""
-        return self._backend.to_numpy(handle)
+        array = self._backend.to_numpy(handle)
+        self.bytes_to_host += array.nbytes
+        return array
 
     def call(self) -> np.ndarray:
         """Run one call and return its output as a NumPy array (in the kernel's dtype)."""
@@ -318,7 +368,31 @@ class BuiltKernel:
         if self._reference is None and self.spec.reference_fn is not None:
             inputs = [a.astype(np.float64) for a in self._rounded_inputs()]
             self._reference = np.asarray(self.spec.reference_fn(self.size, *inputs), np.float64)
+            self.reference_builds += 1
         return self._reference
+
+    def compare(self, outputs: list[Any]) -> list[OutputErrors]:
+        """Each output's errors against the reference (:mod:`kernels.compare`), in order.
+
+        A device handle is compared on its device, against the reference put there once as
+        float32 ``(hi, lo)``, and only four numbers come back; an output already on the host
+        (the simulated GPU's corrupted copies, ``measure.digest=host``) is compared there.
+        Without a reference the errors read NaN and only the non-finite values are counted.
+        """
+        reference = self.reference()
+        return [self._errors(output, reference) for output in outputs]
+
+    def _errors(self, output: Any, reference: np.ndarray | None) -> OutputErrors:
+        if isinstance(output, np.ndarray):
+            return host_errors(output, reference)
+        if self._reference_on_device is None:  # once per kernel; zeros stand in for none
+            held = reference if reference is not None else np.zeros(output.shape, np.float64)
+            self._reference_on_device = tuple(self._backend.put(a) for a in split_reference(held))
+        sums = self._backend.error_sums(output, *self._reference_on_device)
+        errors = errors_from_sums(self.fetch([sums])[0])
+        if reference is None:
+            return OutputErrors(float("nan"), float("nan"), errors.nonfinite)
+        return errors
 
     def compiled_work(self, preset: str | None = None) -> CompiledWork:
         """The work one call does as the framework compiled it (:mod:`kernels.cost`).

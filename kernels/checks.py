@@ -12,7 +12,9 @@ a sample. The API follows that split::
 
 - ``outputs``: the sampled outputs (at least one; include the last call's), each compared with the
   reference: relative error ``||out - ref||_2 / ||ref||_2`` and the largest absolute error, both in
-  float64 (streamed in chunks, so a 2**28-element output needs no float64 copy).
+  float64 (streamed in chunks, so a 2**28-element output needs no float64 copy). A trial does not
+  copy its outputs here: it compares them on the device (``kernels/compare.py``,
+  ``BuiltKernel.compare``) and judges the errors with :func:`check_errors`.
 - ``digests``: :func:`output_digest` of every call of the window, in call order. Without it the
   digests of ``outputs`` are used. A call mismatches when its digest differs from the most common
   one (ties go to the earliest), so one corrupted call counts 1 wherever it falls.
@@ -55,9 +57,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from kernels.compare import OutputErrors, host_errors
 from kernels.spec import KernelOptionError, UnknownKernelError
-
-_CHUNK = 1 << 22  # elements per float64 chunk: 32 MiB of temporaries.
 
 FP32_TOLERANCE: Mapping[str, float] = {
     "stencil": 1e-5,
@@ -193,39 +194,6 @@ def count_mismatches(digests: Sequence[str]) -> int:
     return len(digests) - counts[baseline]
 
 
-@dataclasses.dataclass
-class _Errors:
-    rel_error: float
-    max_abs_error: float
-    nonfinite: int
-
-
-@np.errstate(invalid="ignore", over="ignore")  # a corrupted value may be a signalling NaN.
-def _compare(output: np.ndarray, reference: np.ndarray) -> _Errors:
-    if output.shape != reference.shape:
-        raise ValueError(f"output shape {output.shape} != reference shape {reference.shape}")
-    out = output.reshape(-1)
-    ref = reference.reshape(-1)
-    diff_sq = ref_sq = 0.0
-    max_abs = 0.0
-    nonfinite = 0
-    for start in range(0, out.size, _CHUNK):
-        o = out[start : start + _CHUNK].astype(np.float64)
-        r = ref[start : start + _CHUNK].astype(np.float64, copy=False)
-        finite = np.isfinite(o)
-        nonfinite += int(o.size - np.count_nonzero(finite))
-        d = np.abs(o - r)
-        diff_sq += float(np.dot(d, d))
-        ref_sq += float(np.dot(r, r))
-        if d.size:
-            max_abs = max(max_abs, float(d.max()))
-    if nonfinite:
-        return _Errors(float("inf"), float("inf"), nonfinite)
-    norm = np.sqrt(ref_sq)
-    rel = np.sqrt(diff_sq) / norm if norm > 0 else np.sqrt(diff_sq)
-    return _Errors(float(rel), max_abs, 0)
-
-
 def check_outputs(
     outputs: Sequence[np.ndarray],
     reference: np.ndarray | None,
@@ -264,17 +232,38 @@ def check_outputs(
     arrays = [np.asarray(o) for o in outputs]
     if digests is None:
         digests = [output_digest(a) for a in arrays]
-    if reference is None:
-        tol = rel = max_abs = float("nan")
-        nonfinite = sum(int(np.size(a) - np.count_nonzero(np.isfinite(a))) for a in arrays)
-        return _verdict(nonfinite, False, digests, (rel, max_abs, tol), len(arrays))
-    tol = tolerance_for(dtype, precision, workload) if tolerance is None else float(tolerance)
-    reference = np.asarray(reference)
-    errors = [_compare(a, reference) for a in arrays]
-    rel = max(e.rel_error for e in errors)
-    max_abs = max(e.max_abs_error for e in errors)
+    ref = None if reference is None else np.asarray(reference)
+    errors = [host_errors(a, ref) for a in arrays]
+    return check_errors(errors, digests, dtype, precision, workload, tolerance=tolerance)
+
+
+def check_errors(
+    errors: Sequence[OutputErrors],
+    digests: Sequence[str],
+    dtype: str,
+    precision: str,
+    workload: str,
+    *,
+    tolerance: float | None = None,
+) -> CheckResult:
+    """The verdict from errors already computed (on the device: :mod:`kernels.compare`).
+
+    Args:
+        errors: one :class:`~kernels.compare.OutputErrors` per compared output; NaN errors
+            for a workload without a reference (then only finiteness and determinism count).
+        digests: the fingerprints of every checked call, in call order.
+        dtype, precision, workload: choose the tolerance (:func:`tolerance_for`).
+        tolerance: overrides :func:`tolerance_for`.
+    """
     nonfinite = sum(e.nonfinite for e in errors)
-    return _verdict(nonfinite, not rel <= tol, digests, (rel, max_abs, tol), len(arrays))
+    compared = [e for e in errors if not np.isnan(e.rel_error)]  # NaN: no reference to compare
+    if not compared:
+        nan = float("nan")
+        return _verdict(nonfinite, False, digests, (nan, nan, nan), len(errors))
+    tol = tolerance_for(dtype, precision, workload) if tolerance is None else float(tolerance)
+    rel = max(e.rel_error for e in compared)
+    max_abs = max(e.max_abs_error for e in compared)
+    return _verdict(nonfinite, not rel <= tol, digests, (rel, max_abs, tol), len(errors))
 
 
 def _verdict(

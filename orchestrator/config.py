@@ -47,9 +47,8 @@ class DeviceConfig:
     default_size: str = "cpu"  # workload.size where unset: tiny (sim), cpu (cpu), gpu (nvml)
     gpus: Optional[list[Any]] = None  # NVML indices or UUIDs to use; None: every GPU
     observe_only: bool = False  # change nothing; refuse any sweep that asks for a setting
-    # --- settings a trial asks for (None: leave at the device's default) ---
-    # Each end of the lock is checked against MAX_CLOCK_MHZ here and against the GPU's own
-    # supported clocks by the guard's policy, before any setting changes.
+    # --- settings a trial asks for (None: leave at the device's default); each checked against
+    # its bound here and the GPU's own range by the guard's policy, before any setting changes.
     sm_clock_mhz: Any = None  # lock the SM clock: one value (min=max) or [min, max]
     mem_clock_mhz: Optional[int] = bounded(
         None, 1, 50_000, "the fastest memory NVML reports, GDDR7, runs near 16,000 MHz",
@@ -123,9 +122,10 @@ class MeasureConfig:
     repeats: int = bounded(
         1, 1, MAX_REPEATS, "a thousand windows per setting pin a mean far tighter than any GPU "
         "holds; more is a slip, such as ${now:%Y}, the year")  # independent windows per setting
-    reference_samples: int = bounded(
-        4, 0, MAX_REFERENCE_SAMPLES, "calls 1, 2, 4, ... 2**63 are compared with the reference"
-    )  # calls compared with the float64 reference (plus the last)
+    reference_samples: int = bounded(4, 0, MAX_REFERENCE_SAMPLES, "calls 1, 2, 4, ... 2**63 "
+        "are compared with the reference")  # calls compared with the float64 reference (+ last)
+    held_outputs_gib: float = bounded(8.0, 0, 1024, "no GPU holds a TiB", above=True, unit=" GiB"
+        )  # device memory a trial's sampled outputs may hold: fewer samples past it (row says)
     # where calls are fingerprinted: "after" (a check run right after a bare timed window),
     # "inline" (the timed calls themselves, on the device), "host" (copy + hash per call: debug)
     digest: str = "after"

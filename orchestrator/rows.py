@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from kernels.compare import OutputErrors
     from orchestrator.devices.base import DeviceIdentity
     from orchestrator.guard import SettingsRequest
     from orchestrator.jobs import JobSpec
@@ -175,6 +176,9 @@ class TrialRow:
     digest: str | None = None
     checked_iters: int | None = None
     check_time_s: float | None = None
+    outputs_compared: int | None = None  # sampled outputs compared with the reference
+    samples_note: str | None = None  # why fewer were held than asked (measure.held_outputs_gib)
+    bytes_to_host: int | None = None  # outputs and check results copied to the host
     # where the trial's wall time went, in seconds (``PHASES``): the trial's own phases (build,
     # settings, warm-up) on repeat 0, the restore on the last repeat, each repeat's on its row;
     # ``wall_s`` is the row's sum, so a trial's rows add up to its wall time
@@ -184,7 +188,7 @@ class TrialRow:
     phase_edge_wait_s: float | None = None  # waits for the energy counter's edges
     phase_window_s: float | None = None  # the timed window's calls
     phase_check_run_s: float | None = None  # the checked calls after the window
-    phase_compare_s: float | None = None  # the reference (repeat 0) and the comparison
+    phase_compare_s: float | None = None  # the reference (repeat 0, once per kernel), comparing
     phase_restore_s: float | None = None  # the guard putting the device back
     wall_s: float | None = None
     # provenance
@@ -328,21 +332,17 @@ def fill_rate(row: dict[str, Any], unit: str, items: int | None) -> None:
 
 
 def fill_checks(
-    row: dict[str, Any], checks: Checks, reference: np.ndarray | None, job: JobSpec,
+    row: dict[str, Any], checks: Checks, errors: Sequence[OutputErrors], job: JobSpec,
     workload: str,
 ) -> None:
-    """The correctness checks of the window's outputs, and the status they give (``workload``:
-    the workload's own name, which chooses the tolerance)."""
-    from kernels import check_outputs
+    """The correctness checks of a window (its fingerprints, and ``errors``: its sampled
+    outputs' errors against the reference), and the status they give (``workload``: the
+    workload's own name, which chooses the tolerance)."""
+    from kernels.checks import check_errors
 
     cfg = job.config
-    result = check_outputs(
-        checks.sampled,
-        reference,
-        cfg.workload.dtype,
-        cfg.framework.precision,
-        workload,
-        digests=checks.digests,
+    result = check_errors(
+        errors, checks.digests, cfg.workload.dtype, cfg.framework.precision, workload
     )
     row.update(
         rel_error=float(result.rel_error),
@@ -353,6 +353,7 @@ def fill_checks(
         failed_by=failed_by(result.verdict.value),
         checked_iters=checks.calls,
         check_time_s=checks.time_s,
+        outputs_compared=result.outputs_compared,
     )
 
 

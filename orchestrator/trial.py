@@ -9,13 +9,15 @@ The sequence, for each trial:
    window) and warm it up;
 4. for each repeat, one window (``orchestrator/window.py``): queue calls asynchronously until both
    ``measure.window_s`` of device time and ``measure.min_iters`` calls have passed, starting and
-   ending on energy-counter updates; then check: each checked call's on-device fingerprint
-   (bitwise determinism) and a few sampled outputs against the float64 reference (always the
-   last), from a check run right after the window (``measure.digest=after``, the default);
-5. judge: correctness (``ok`` / ``wrong`` / ``nondeterministic``) and validity (did the device
-   run at the clock asked for, which throttle reasons fired, did the window span enough
-   energy-counter updates);
-6. put the device back to its default setting (the guard restores it in any case).
+   ending on energy-counter updates; then a check run right after the window
+   (``measure.digest=after``, the default) leaves each checked call's on-device fingerprint
+   (bitwise determinism) and a few sampled outputs, held on the device (always the last);
+5. judge validity: did the device run at the clock asked for, which throttle reasons fired,
+   did the window span enough energy-counter updates;
+6. put the device back to its default setting (the guard restores it in any case), then compare
+   the held samples with the float64 reference on the device (``kernels.compare``) and judge
+   correctness (``ok`` / ``wrong`` / ``nondeterministic``): no output is copied to the host,
+   and no check is computed at the setting under test.
 
 Each phase's wall time goes in the rows (``phase_<name>_s``, ``orchestrator.phases.PHASES``: the
 build, settings and warm-up on the first repeat, the restore on the last, each repeat's edge
@@ -53,7 +55,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -66,11 +68,12 @@ from orchestrator.rows import (
     Status,
     base_row,
     fail_rows,
+    failed_by,
     fill_checks,
     fill_measured,
     fill_rate,
 )
-from orchestrator.window import KernelCalls, SimulatedCrash, measure_window
+from orchestrator.window import Checks, KernelCalls, SimulatedCrash, held_samples, measure_window
 
 if TYPE_CHECKING:
     from orchestrator.jobs import JobSpec
@@ -105,12 +108,13 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
     if not health.ok:  # nothing measured: the circumstances, not the setting
         fail_rows(rows, base, job.repeats, Status.NOT_MEASURED, f"not run: {health.reason}")
         return rows
+    held: list[Held] = []  # each window's checks, compared once the device is back
     try:
         interrupt.check()  # a SIGTERM whose KeyboardInterrupt Python dropped stops the sweep here
         with timed(phases, "settings"):
             ctx.guard.apply(job.request)
             device.idle(job.config.measure.settle_s)
-        _measure(ctx, job, base, rows, phases)
+        _measure(ctx, job, base, rows, phases, held)
         interrupt.check()  # ... or here: the guard may have put the GPU back mid-window
     except SimulatedCrash as e:
         fail_rows(rows, base, job.repeats, Status.CRASH, str(e))
@@ -131,16 +135,47 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
         except DeviceError as e:  # the journal keeps the entry; `dvfs restore` finishes the job
             for row in rows:
                 row["error"] = (row.get("error") or "") + f" | restore failed: {e}"
-        fill_phases(rows, phases)
+    _compare_held(held, job)  # at the device's own setting, not the one under test
+    fill_phases(rows, phases)
     return rows
+
+
+class Held(NamedTuple):
+    """A finished window's checks, held (its samples on the device) until the comparison."""
+
+    row: dict[str, Any]
+    checks: Checks
+    kernel: Any  # the BuiltKernel that made the samples: it compares them
+    workload: str  # the workload's own name (it chooses the tolerance)
+
+
+def _compare_held(held: list[Held], job: JobSpec) -> None:
+    """Compare each finished window's held samples with the reference, on the device, and
+    judge its row; a window whose trial failed later is still judged (its row has no status)."""
+    for row, checks, kernel, workload in held:
+        if row.get("status") is not None:
+            continue
+        before = kernel.bytes_to_host
+        try:
+            with timed(row, "phase_compare_s"):
+                fill_checks(row, checks, kernel.compare(checks.sampled), job, workload)
+        except DeviceError as e:
+            row.update(status=Status.DEVICE_ERROR, failed_by=failed_by(Status.DEVICE_ERROR),
+                       error=f"comparison failed: {e}", valid=False)
+        except Exception as e:  # noqa: BLE001 - a failed comparison fails its row, not the sweep
+            row.update(status=Status.CRASH, failed_by=failed_by(Status.CRASH), valid=False,
+                       error=f"comparison failed: {type(e).__name__}: {e}")
+        checks.sampled.clear()  # the device memory goes back at once
+        row["bytes_to_host"] = (row.get("bytes_to_host") or 0) + kernel.bytes_to_host - before
 
 
 def _measure(
     ctx: TrialContext, job: JobSpec, base: dict[str, Any], rows: list[dict[str, Any]],
-    phases: dict[str, float],
+    phases: dict[str, float], held: list[Held],
 ) -> None:
-    """Build and warm the kernel, then one window and its checks per repeat (rows appended;
-    the wall time of the build and the warm-up into ``phases``, each repeat's into its row)."""
+    """Build and warm the kernel, then one window and its check run per repeat (rows appended,
+    their checks into ``held``; the wall time of the build and the warm-up into ``phases``,
+    each repeat's into its row)."""
     from orchestrator.jobs import validate_workload
     from orchestrator.provenance import library_versions
 
@@ -149,12 +184,8 @@ def _measure(
     spec = validate_workload(cfg)
     used_before = device.memory_used_bytes()
     kernel = ctx.kernels.get(
-        spec.name,
-        framework=cfg.framework.name,
-        preset=cfg.workload.size,
-        dtype=cfg.workload.dtype,
-        precision=cfg.framework.precision,
-        seed=int(cfg.seed),
+        spec.name, framework=cfg.framework.name, preset=cfg.workload.size,
+        dtype=cfg.workload.dtype, precision=cfg.framework.precision, seed=int(cfg.seed),
         xla=bool(cfg.framework.xla),
     )
     base["framework_version"] = kernel.framework_version
@@ -176,23 +207,27 @@ def _measure(
     with timed(phases, "warmup"):
         if m.warmup_iters:
             KernelCalls(kernel, device, work, None).run(m.warmup_iters)
-    with timed(phases, "compare"):  # the reference: repeat 0's comparison
-        reference = kernel.reference()
+    with timed(phases, "compare"):  # the reference, computed once per kernel (and so per sweep)
+        kernel.reference()
+    samples, samples_note = held_samples(
+        m.reference_samples, getattr(kernel, "output_bytes", 0), m.held_outputs_gib * 2**30,
+        m.repeats)
+    base.update(samples_note=samples_note)
     for repeat in range(m.repeats):
         row = dict(base, repeat=repeat, started_at=time.time())
         rows.append(row)
         row["temperature_start_c"] = device.temperature_c()  # leakage, and so power, follow it
-        window = measure_window(kernel, device, work, m, ctx.rng)
+        bytes_before = kernel.bytes_to_host
+        window = measure_window(kernel, device, work, m, ctx.rng, samples)
         row.update({f"phase_{name}_s": s for name, s in window.phases.items()})
         fill_measured(row, window, counts, job)
         fill_rate(row, spec.unit, spec.items(preset))
         if window.measurement.method == "none":
             row["energy_note"] = device.capabilities().energy_note or "no energy sensor"
         row["temperature_c"] = device.temperature_c()
-        with timed(row, "phase_compare_s"):
-            fill_checks(row, window.checks, reference, job, spec.name)
         _fill_memory(row, kernel, memory, (used_before, device.memory_used_bytes()))
-        row["ended_at"] = time.time()
+        row.update(bytes_to_host=kernel.bytes_to_host - bytes_before, ended_at=time.time())
+        held.append(Held(row, window.checks, kernel, spec.name))
 
 
 def _memory_model(device: Device, spec: Any, counts: Any, preset: str, cfg: Any) -> int:

@@ -16,8 +16,12 @@ A window times the device, not the host. Judged by what each line would cost on 
   ~5 ms on an H200, and a host that reads after each call leaves the GPU idle that long; the
   window ends at its last synchronisation, before the closing reads.
 - **Checks stay on the device.** Each checked call's output is reduced on the device to an 8-byte
-  fingerprint (``kernels/fingerprint.py``); fingerprints and the few sampled outputs for the
-  float64 reference check (calls 1, 2, 4, ... and the last) reach the host after the calls.
+  fingerprint (``kernels/fingerprint.py``), and only fingerprints reach the host, after the calls.
+  The few sampled outputs for the float64 reference check (calls 1, 2, 4, ... and the last) stay
+  on the device, held until the trial compares them there (``kernels/compare.py``) once the guard
+  has put the device back: a check is not computed by the setting under test. How many are held
+  is bounded by ``measure.held_outputs_gib`` over all of a trial's windows
+  (:func:`held_samples`); fewer samples, never an out-of-memory crash, and the row says so.
 
 Even an on-device fingerprint is a pass over the output unless XLA fuses it into the kernel's own
 loop; measured on a CPU it makes the stencil 3.7x slower. So by default (``measure.digest=after``)
@@ -70,12 +74,31 @@ def sample_indices(reference_samples: int) -> set[int]:
     return {2**i for i in range(int(reference_samples))}
 
 
+def held_samples(reference_samples: int, output_bytes: int, budget_bytes: float,
+                 windows: int) -> tuple[int, str | None]:
+    """How many of calls 1, 2, 4, ... each window holds for the reference check (the last call
+    is held besides), so that ``windows`` windows' sampled outputs fit ``budget_bytes`` of
+    device memory; and, when fewer than asked, why (for the row). The last is always held; an
+    output of unknown size (0 bytes: a stand-in kernel) holds what is asked."""
+    if output_bytes <= 0:
+        return int(reference_samples), None
+    fit = int(budget_bytes // output_bytes) // max(windows, 1) - 1
+    held = max(0, min(int(reference_samples), fit))
+    if held == reference_samples:
+        return held, None
+    return held, (
+        f"{held + 1} of {reference_samples + 1} sampled outputs held per window: "
+        f"{windows} window(s) of {output_bytes / 2**30:.2f} GiB outputs within "
+        f"measure.held_outputs_gib={budget_bytes / 2**30:g}"
+    )
+
+
 @dataclass
 class Checks:
     """What the checked calls left for the checks: fingerprints in call order, sampled outputs."""
 
     digests: list[str] = field(default_factory=list)
-    sampled: list[np.ndarray] = field(default_factory=list)
+    sampled: list[Any] = field(default_factory=list)  # device handles (host arrays: sim, host)
     time_s: float | None = None  # device time of a separate check run (None: checked in-window)
 
     @property
@@ -145,15 +168,12 @@ class _Recorder:
         self._fingerprints = []
 
     def finish(self) -> Checks:
-        """Fingerprints and sampled outputs on the host (call after the calls, never inside)."""
+        """Fingerprints on the host, sampled outputs where they are (call after the calls)."""
         self.flush()
         if self.calls and self.calls not in self._sampled:
             self._sampled[self.calls] = self._last
-        kept = sorted(self._sampled.items())
-        handles = [(k, v) for k, v in kept if not isinstance(v, np.ndarray)]
-        fetched = dict(zip((k for k, _ in handles), self.kernel.fetch([v for _, v in handles])))
-        sampled = [fetched.get(k, v) for k, v in kept]
-        return Checks(digests=list(self._digests), sampled=[np.asarray(s) for s in sampled])
+        sampled = [v for _, v in sorted(self._sampled.items())]
+        return Checks(digests=list(self._digests), sampled=sampled)
 
 
 class KernelCalls:
@@ -250,10 +270,12 @@ class Window:
 
 
 def measure_window(kernel: Any, device: Device, work: KernelWork, m: Any,
-                   rng: np.random.Generator) -> Window:
-    """Time one window of calls and check them (``m`` is the ``measure`` config)."""
+                   rng: np.random.Generator, samples: int | None = None) -> Window:
+    """Time one window of calls and check them (``m`` is the ``measure`` config; ``samples``
+    of calls 1, 2, 4, ... are held for the reference check, by default
+    ``m.reference_samples``)."""
     mode: DigestMode = m.digest
-    keep_at = sample_indices(m.reference_samples)
+    keep_at = sample_indices(m.reference_samples if samples is None else samples)
     meter = EnergyMeter(device, method=m.meter, poll_hz=m.poll_hz)
     calls = KernelCalls(kernel, device, work, meter)
     in_window = None if mode == "after" else _Recorder(kernel, mode, keep_at, rng)

@@ -124,10 +124,10 @@ def test_check_refuses_a_shape_mismatch_and_digests_passed_as_outputs():
 
 
 def test_errors_are_streamed_in_chunks_with_the_same_result_as_one_pass(monkeypatch):
-    import kernels.checks as checks
+    import kernels.compare as compare
 
     whole = check([OUT32])
-    monkeypatch.setattr(checks, "_CHUNK", 1000)
+    monkeypatch.setattr(compare, "_CHUNK", 1000)
     chunked = check([OUT32])
     assert chunked.rel_error == pytest.approx(whole.rel_error, rel=1e-12)
     assert chunked.max_abs_error == whole.max_abs_error

@@ -46,7 +46,8 @@ def run(tmp_path):
         device = backend.device(0)
         guard = SettingsGuard(device, Journal(journal_dir(cfg.device))).__enter__()
         opened.append((backend, guard))
-        ctx = TrialContext(device=device, guard=guard, kernels=kernels or KERNELS, sweep_id="test")
+        ctx = TrialContext(device=device, guard=guard, sweep_id="test",
+                           kernels=KERNELS if kernels is None else kernels)
         ctx.on_kernel_calls = on_kernel_calls
         if before is not None:
             before(device)

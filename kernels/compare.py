@@ -1,0 +1,131 @@
+"""An output's error against the float64 reference, computed where the output is: on the device.
+
+A check compares a few sampled outputs of a window with the float64 reference: the norm-wise
+relative error ``||out - ref||_2 / ||ref||_2``, the largest absolute error, and how many values
+are not finite. Copying each sampled output to the host to compare it there (a GEMM's output at
+the ``gpu`` preset is 1 GiB: ~40 ms over PCIe, then ~1 s of float64 arithmetic on a core, five
+times a trial) made a real-GPU trial cost many times its window. Here the framework reduces each
+output on its own device to four numbers, and only those come to the host.
+
+The reference goes to the device once per kernel, as two float32 arrays: ``hi = float32(ref)``
+and ``lo = float32(ref - hi)``, so ``hi + lo`` keeps 48 of float64's 53 bits (JAX without x64
+has no float64, and a GPU's float64 is slow where it exists at all). The difference is formed as
+``(out - hi) - lo`` in float32: where ``out`` is within a factor of two of ``hi`` (every output a
+check would pass) ``out - hi`` is exact (Sterbenz), and subtracting ``lo`` rounds the small
+difference itself, not the output. So the errors computed on the device agree with the host's
+float64 computation (:func:`host_errors`) to about 1e-6 of themselves; a reduction in float32 sums
+the squares in a tree on a GPU, and in 1024-element blocks here where the size allows it, so the
+sums' own rounding stays that small. ``tests/kernels/test_compare.py`` checks both against each
+other for every workload and both frameworks.
+
+Device memory: ``hi`` and ``lo`` take 8 bytes per output element (twice a float32 output, four
+times a bfloat16 one), once per kernel; the comparison's temporaries are fused by XLA into the
+reductions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+ERROR_SUMS = 4
+"""Numbers a device comparison returns: sum of squared differences, sum of squared reference
+values, largest absolute difference, count of non-finite values."""
+
+_BLOCK = 1024  # elements per first-stage partial sum where the size divides evenly
+_CHUNK = 1 << 22  # elements per float64 chunk on the host: 32 MiB of temporaries
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputErrors:
+    """How far one output is from the reference (``inf`` errors with a non-finite value)."""
+
+    rel_error: float
+    max_abs_error: float
+    nonfinite: int
+
+
+def split_reference(reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 reference as ``(hi, lo)`` float32 arrays with ``hi + lo ~= reference``."""
+    reference = np.asarray(reference, dtype=np.float64)
+    hi = reference.astype(np.float32)
+    lo = (reference - hi.astype(np.float64)).astype(np.float32)
+    return hi, lo
+
+
+def errors_from_sums(sums: Any) -> OutputErrors:
+    """The errors from a device comparison's four numbers (:data:`ERROR_SUMS`)."""
+    diff_sq, ref_sq, max_abs, nonfinite = (float(v) for v in np.asarray(sums).reshape(-1))
+    if nonfinite or not np.isfinite(diff_sq):
+        return OutputErrors(float("inf"), float("inf"), max(1, int(nonfinite)))
+    norm = np.sqrt(ref_sq)
+    rel = np.sqrt(diff_sq) / norm if norm > 0 else np.sqrt(diff_sq)
+    return OutputErrors(float(rel), max_abs, 0)
+
+
+@np.errstate(invalid="ignore", over="ignore")  # a corrupted value may be a signalling NaN.
+def host_errors(output: np.ndarray, reference: np.ndarray | None) -> OutputErrors:
+    """The errors of an output held on the host, in float64, streamed in chunks (so a
+    2**28-element output needs no float64 copy): the simulated GPU's corrupted outputs and
+    ``measure.digest=host``, and the yardstick the device comparison is tested against.
+    Without a reference, NaN errors and the count of non-finite values."""
+    if reference is None:
+        nan = float("nan")
+        return OutputErrors(nan, nan, int(output.size - np.count_nonzero(np.isfinite(output))))
+    if output.shape != reference.shape:
+        raise ValueError(f"output shape {output.shape} != reference shape {reference.shape}")
+    out = output.reshape(-1)
+    ref = reference.reshape(-1)
+    diff_sq = ref_sq = max_abs = 0.0
+    nonfinite = 0
+    for start in range(0, out.size, _CHUNK):
+        o = out[start : start + _CHUNK].astype(np.float64)
+        r = ref[start : start + _CHUNK].astype(np.float64, copy=False)
+        nonfinite += int(o.size - np.count_nonzero(np.isfinite(o)))
+        d = np.abs(o - r)
+        diff_sq += float(np.dot(d, d))
+        ref_sq += float(np.dot(r, r))
+        if d.size:
+            max_abs = max(max_abs, float(d.max()))
+    return errors_from_sums([diff_sq, ref_sq, max_abs, nonfinite])
+
+
+def _blocked(values: Any, size: int, reshape: Any) -> Any:
+    """``values`` as (blocks, 1024) where the size divides evenly (a two-stage sum), else 1-D."""
+    return reshape(values, (-1, _BLOCK) if size % _BLOCK == 0 and size > _BLOCK else (-1,))
+
+
+def jax_error_sums(output: Any, hi: Any, lo: Any) -> Any:
+    """The four :data:`ERROR_SUMS` of a JAX output, traced into the caller's ``jax.jit``."""
+    import jax.numpy as jnp
+
+    out = output.astype(jnp.float32).reshape(-1)
+    diff = _blocked((out - hi.reshape(-1)) - lo.reshape(-1), out.size, jnp.reshape)
+    ref = _blocked(hi.reshape(-1) + lo.reshape(-1), out.size, jnp.reshape)
+    finite = jnp.isfinite(diff)
+    nonfinite = jnp.sum(~finite, dtype=jnp.int32).astype(jnp.float32)
+    absdiff = jnp.where(finite, jnp.abs(diff), 0.0)
+    sq = absdiff * absdiff
+    diff_sq = jnp.sum(jnp.sum(sq, axis=-1)) if sq.ndim == 2 else jnp.sum(sq)
+    ref_sq = jnp.sum(jnp.sum(ref * ref, axis=-1)) if ref.ndim == 2 else jnp.sum(ref * ref)
+    return jnp.stack([diff_sq, ref_sq, jnp.max(absdiff), nonfinite])
+
+
+def tf_error_sums(output: Any, hi: Any, lo: Any) -> Any:
+    """The four :data:`ERROR_SUMS` of a TensorFlow tensor (call it inside a ``jit_compile``
+    function, so XLA fuses it on the tensor's device)."""
+    import tensorflow as tf
+
+    out = tf.reshape(tf.cast(output, tf.float32), [-1])
+    size = int(out.shape[0])
+    diff = _blocked((out - tf.reshape(hi, [-1])) - tf.reshape(lo, [-1]), size, tf.reshape)
+    ref = _blocked(tf.reshape(hi, [-1]) + tf.reshape(lo, [-1]), size, tf.reshape)
+    finite = tf.math.is_finite(diff)
+    nonfinite = tf.cast(tf.reduce_sum(tf.cast(~finite, tf.int32)), tf.float32)
+    absdiff = tf.where(finite, tf.abs(diff), tf.zeros_like(diff))
+    sq = absdiff * absdiff
+    diff_sq = tf.reduce_sum(tf.reduce_sum(sq, axis=-1))
+    ref_sq = tf.reduce_sum(tf.reduce_sum(ref * ref, axis=-1))
+    return tf.stack([diff_sq, ref_sq, tf.reduce_max(absdiff), nonfinite])
