@@ -35,8 +35,11 @@ from kernels.compare import (
     errors_from_sums,
     host_errors,
     jax_error_sums,
+    jax_nonfinite_count,
+    reference_sq,
     split_reference,
     tf_error_sums,
+    tf_nonfinite_count,
 )
 from kernels.cost import CompiledWork, compiled_work
 from kernels.fingerprint import jax_fingerprint, tf_fingerprint
@@ -85,6 +88,7 @@ class _JaxBackend:
         self._checked: Any = None
         self._fingerprint: Any = None
         self._error_sums: Any = None
+        self._nonfinite: Any = None
 
     def dispatch(self) -> Any:
         return self._compiled(*self._args)
@@ -96,6 +100,11 @@ class _JaxBackend:
         if self._error_sums is None:
             self._error_sums = self._jax.jit(jax_error_sums)
         return self._error_sums(handle, hi, lo)
+
+    def nonfinite_count(self, handle: Any) -> Any:
+        if self._nonfinite is None:
+            self._nonfinite = self._jax.jit(jax_nonfinite_count)
+        return self._nonfinite(handle)
 
     @staticmethod
     def nbytes(handle: Any) -> int:
@@ -171,6 +180,7 @@ class _TensorFlowBackend:
         self._checked: Any = None
         self._fingerprint: Any = None
         self._error_sums: Any = None
+        self._nonfinite: Any = None
 
     def _fingerprint_fn(self) -> Any:
         if self._fingerprint is None:
@@ -211,6 +221,13 @@ class _TensorFlowBackend:
                                                  autograph=False)
         with self._tf.device(self._device):
             return self._error_sums(handle, hi, lo)
+
+    def nonfinite_count(self, handle: Any) -> Any:
+        if self._nonfinite is None:
+            self._nonfinite = self._tf.function(tf_nonfinite_count, jit_compile=True,
+                                                autograph=False)
+        with self._tf.device(self._device):
+            return self._nonfinite(handle)
 
     @staticmethod
     def nbytes(handle: Any) -> int:
@@ -295,6 +312,7 @@ class BuiltKernel:
         self.framework_version = fw.framework_version(framework)
         self._reference: np.ndarray | None = None
         self._reference_on_device: tuple[Any, ...] | None = None
+        self._reference_sq = 0.0
         self.bytes_to_host = 0
         self.reference_builds = 0
         inputs = self._rounded_inputs()
@@ -385,14 +403,19 @@ class BuiltKernel:
     def _errors(self, output: Any, reference: np.ndarray | None) -> OutputErrors:
         if isinstance(output, np.ndarray):
             return host_errors(output, reference)
-        if self._reference_on_device is None:  # once per kernel; zeros stand in for none
-            held = reference if reference is not None else np.zeros(output.shape, np.float64)
-            self._reference_on_device = tuple(self._backend.put(a) for a in split_reference(held))
-        sums = self._backend.error_sums(output, *self._reference_on_device)
-        errors = errors_from_sums(self.fetch([sums])[0])
+        backend = self._backend
         if reference is None:
-            return OutputErrors(float("nan"), float("nan"), errors.nonfinite)
-        return errors
+            nan = float("nan")
+            return OutputErrors(nan, nan, int(self.fetch([backend.nonfinite_count(output)])[0]))
+        if self._reference_on_device is None:  # once per kernel
+            self._reference_on_device = tuple(backend.put(a) for a in split_reference(reference))
+            self._reference_sq = reference_sq(reference)
+        sums = backend.error_sums(output, *self._reference_on_device)
+        diff_sq, max_abs = self.fetch([sums])[0]
+        nonfinite = 0
+        if not (np.isfinite(diff_sq) and np.isfinite(max_abs)):
+            nonfinite = int(self.fetch([backend.nonfinite_count(output)])[0])
+        return errors_from_sums(float(diff_sq), self._reference_sq, float(max_abs), nonfinite)
 
     def compiled_work(self, preset: str | None = None) -> CompiledWork:
         """The work one call does as the framework compiled it (:mod:`kernels.cost`).

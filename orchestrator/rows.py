@@ -176,7 +176,8 @@ class TrialRow:
     digest: str | None = None
     checked_iters: int | None = None
     check_time_s: float | None = None
-    outputs_compared: int | None = None  # sampled outputs compared with the reference
+    outputs_sampled: int | None = None  # outputs held for the reference check
+    outputs_compared: int | None = None  # ... of which compared: bitwise-equal ones once
     samples_note: str | None = None  # why fewer were held than asked (measure.held_outputs_gib)
     bytes_to_host: int | None = None  # outputs and check results copied to the host
     # where the trial's wall time went, in seconds (``PHASES``): the trial's own phases (build,
@@ -354,6 +355,7 @@ def fill_checks(
         checked_iters=checks.calls,
         check_time_s=checks.time_s,
         outputs_compared=result.outputs_compared,
+        outputs_sampled=result.outputs_compared + checks.identical,
     )
 
 

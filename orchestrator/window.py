@@ -99,6 +99,7 @@ class Checks:
 
     digests: list[str] = field(default_factory=list)
     sampled: list[Any] = field(default_factory=list)  # device handles (host arrays: sim, host)
+    identical: int = 0  # sampled outputs not kept: bitwise equal to one kept (by fingerprint)
     time_s: float | None = None  # device time of a separate check run (None: checked in-window)
 
     @property
@@ -168,12 +169,20 @@ class _Recorder:
         self._fingerprints = []
 
     def finish(self) -> Checks:
-        """Fingerprints on the host, sampled outputs where they are (call after the calls)."""
+        """Fingerprints on the host, sampled outputs where they are (call after the calls).
+
+        Samples whose fingerprints are equal hold the same bits (a flipped bit always changes
+        the fingerprint), so their errors are equal too: only the first of each is kept for the
+        comparison, which on a deterministic device is one output of the four or five held.
+        """
         self.flush()
         if self.calls and self.calls not in self._sampled:
             self._sampled[self.calls] = self._last
-        sampled = [v for _, v in sorted(self._sampled.items())]
-        return Checks(digests=list(self._digests), sampled=sampled)
+        distinct: dict[str, Any] = {}
+        for call, output in sorted(self._sampled.items()):
+            distinct.setdefault(self._digests[call - 1], output)
+        return Checks(digests=list(self._digests), sampled=list(distinct.values()),
+                      identical=len(self._sampled) - len(distinct))
 
 
 class KernelCalls:

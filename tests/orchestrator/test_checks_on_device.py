@@ -15,7 +15,7 @@ from orchestrator.trial import TrialContext, run_trial
 from orchestrator.window import held_samples
 
 FINGERPRINT_BYTES = 8  # two uint32 words per checked call
-ERROR_SUMS_BYTES = 16  # four float32 numbers per compared output
+ERROR_SUMS_BYTES = 8  # two float32 numbers per compared output
 
 
 # Real calls at the cpu preset take tens of ms on 2 cores: a short window, no edge waits.
@@ -39,7 +39,8 @@ def test_a_sweep_at_a_large_preset_copies_no_output_and_computes_the_reference_o
     assert kernel.output_bytes == 4 * 256**3  # the cpu preset: a 64 MiB output
     for row in rows:
         assert row["status"] == "ok", row.get("error")
-        assert row["outputs_compared"] == 3  # calls 1, 2 and 4, the last of the 4 checked
+        assert row["outputs_sampled"] == 3  # calls 1, 2 and 4, the last of the 4 checked
+        assert row["outputs_compared"] == 1  # ... bitwise equal: compared once
         assert row["bytes_to_host"] == host_bytes_of_checks(row)
         assert row["bytes_to_host"] < 1024 < kernel.output_bytes
 
@@ -58,6 +59,27 @@ def test_on_the_host_cpu_a_trial_copies_no_output_either(tmp_path):
     assert row["status"] == "ok", row.get("error")
     assert row["bytes_to_host"] == host_bytes_of_checks(row)
     assert row["phase_compare_s"] > 0
+
+
+def test_bitwise_equal_samples_are_compared_once_and_a_corrupted_one_beside_them(run):
+    """Samples with equal fingerprints hold equal bits; the one the sim corrupted differs."""
+    import numpy as np
+
+    from kernels import build_kernel
+    from orchestrator.devices.base import Fault
+    from orchestrator.window import _Recorder
+
+    kernel = build_kernel("gemm", "jax", preset="tiny")
+    recorder = _Recorder(kernel, "after", {1, 2, 4}, np.random.default_rng(0))
+    for call in range(1, 6):
+        recorder.dispatch(lambda call=call: Fault.CORRUPT if call == 2 else Fault.NONE)
+    checks = recorder.finish()
+    assert checks.calls == 5
+    assert len(checks.sampled) == 2 and checks.identical == 2  # calls 1, 4, 5 alike; 2 not
+    good, corrupted = checks.sampled
+    assert isinstance(corrupted, np.ndarray)  # the sim's flipped copy, on the host
+    assert not np.array_equal(kernel.fetch([good])[0], corrupted)
+    assert len(kernel.compare(checks.sampled)) == 2
 
 
 class ClockAtCompare(KernelCache):
@@ -91,7 +113,7 @@ def test_the_comparison_runs_once_the_guard_has_put_the_device_back(run):
     (row,), ctx = run("device.sm_clock_mhz=810", "measure.repeats=1", kernels=cache,
                       before=devices.append,
                       on_kernel_calls=lambda: seen_in_window.append(devices[-1].sm_clock_mhz()))
-    assert row["status"] == "ok" and row["outputs_compared"] >= 1
+    assert row["status"] == "ok" and row["outputs_compared"] == 1
     assert seen_in_window == [810]
     assert len(cache.clocks) == 1 and cache.clocks[0] != 810  # compared at the default clock
 
@@ -120,5 +142,5 @@ def test_a_trial_over_the_budget_holds_fewer_samples_and_its_row_says_so(run):
     # 42 KB of budget, 16 KiB outputs (the tiny 3-d stencil): calls 1 and the last
     (row,), _ = run("workload=stencil", "measure.held_outputs_gib=0.00004")
     assert row["status"] == "ok"
-    assert row["outputs_compared"] == 2
+    assert row["outputs_sampled"] == 2
     assert "sampled outputs held per window" in row["samples_note"]
