@@ -138,6 +138,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line (every workload and framework by default)."""
     from kernels import FRAMEWORKS, list_workloads
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
