@@ -79,3 +79,24 @@ def signal_in_a_gc_callback(signum: int) -> Iterator[GcSignal]:
     finally:
         gc.callbacks.remove(sender._callback)
         sender._disarm()
+
+
+def isothermal_profile(name: str, directory: Path) -> str:
+    """The path of a copy of shipped profile ``name`` whose die holds the leakage reference
+    temperature whatever it draws: ambient set so that the idle die sits at 60 C, and a thermal
+    time constant of ~30 years. ``model.operating_point`` without a temperature is then exact for
+    it: for tests of sensor and counter semantics against the steady-state model, which the die's
+    heating (a simulated call's leakage follows it) would blur by a fraction of a percent."""
+    import yaml
+
+    from orchestrator.devices.sim.model import LEAKAGE_REF_C
+    from orchestrator.devices.sim.profile import load_profile, profile_dir
+
+    data = yaml.safe_load((profile_dir() / f"{name}.yaml").read_text())
+    profile = load_profile(name)
+    data["thermal"]["ambient_c"] = LEAKAGE_REF_C - profile.thermal_resistance_c_per_w * (
+        profile.idle_power_w)
+    data["thermal"]["time_constant_s"] = 1e9
+    path = Path(directory) / f"{name}_isothermal.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)

@@ -32,6 +32,11 @@ roof's busy fraction at the memory clock::
       + alu * flop_rate * f * V^2                         # the arithmetic units
       + l2 * traffic * V^2 + hbm * traffic                # L2/crossbar (core V), HBM + PHY
 
+``T`` is the die temperature: a simulated GPU's calls are evaluated at the temperature its
+telemetry has reached (whole degrees), so a hot board draws more for the same work and a trial that
+follows a hot one is biased as on hardware; steady-state figures with no history (``dvfs boards``,
+the estimate, calibration) use the 60 C reference.
+
 (A profile without the ``sm`` term and without ``achieved:`` has ``flop_rate = compute_util``:
 the model before real measurements.)
 
@@ -230,24 +235,26 @@ class OperatingPoint:
 
 
 def _evaluate(
-    profile: GpuProfile, work: KernelWork, base_mhz: int, offset_mhz: int, mem_mhz: int
+    profile: GpuProfile, work: KernelWork, base_mhz: int, offset_mhz: int, mem_mhz: int,
+    temperature_c: int | None = None,
 ) -> tuple[float, Roofline, int]:
     effective = max(1, base_mhz + offset_mhz)
     r = roofline(profile, work, effective, mem_mhz)
     watts = power_w(
         profile, r.compute_util, r.memory_util, effective, base_mhz, mem_clock_mhz=mem_mhz,
-        flop_rate=r.flop_rate,
+        flop_rate=r.flop_rate, temperature_c=temperature_c,
     )
     return watts, r, effective
 
 
 def _highest_fitting(
-    profile: GpuProfile, work: KernelWork, top: int, limit_w: float, offset_mhz: int, mem_mhz: int
+    profile: GpuProfile, work: KernelWork, top: int, limit_w: float, offset_mhz: int, mem_mhz: int,
+    temperature_c: int | None = None,
 ) -> int:
     """Index of the highest supported clock <= clocks[top] whose power fits (0 if none)."""
     clocks = profile.sm_clocks_mhz
     for i in range(top, -1, -1):
-        if _evaluate(profile, work, clocks[i], offset_mhz, mem_mhz)[0] <= limit_w:
+        if _evaluate(profile, work, clocks[i], offset_mhz, mem_mhz, temperature_c)[0] <= limit_w:
             return i
     return 0
 
@@ -261,6 +268,7 @@ def operating_point(
     power_limit_w: float | None = None,
     offset_mhz: int = 0,
     thermal_slowdown: bool = False,
+    temperature_c: int | None = None,
 ) -> OperatingPoint:
     """The clock a call runs at under the settings, and its time, power and reasons.
 
@@ -272,6 +280,8 @@ def operating_point(
         power_limit_w: the enforced power limit; None: no cap.
         offset_mhz: the GPC clock offset.
         thermal_slowdown: the die is at or above the slowdown temperature.
+        temperature_c: the die temperature in whole degrees, for leakage (None: the reference
+            temperature, ``LEAKAGE_REF_C``; whole degrees keep the memo small).
     """
     clocks = profile.sm_clocks_mhz
     f_max = profile.f_max_mhz
@@ -284,17 +294,17 @@ def operating_point(
     chosen = top
     if power_limit_w is not None:
         target = power_limit_w * (1 - profile.power_cap_hold)
-        chosen = _highest_fitting(profile, work, top, target, offset_mhz, mem)
+        chosen = _highest_fitting(profile, work, top, target, offset_mhz, mem, temperature_c)
         if chosen < top:
             reasons |= ClockEventReason.SW_POWER_CAP
     if thermal_slowdown:
         thermal = _highest_fitting(
-            profile, work, chosen, thermal_power_limit_w(profile), offset_mhz, mem
+            profile, work, chosen, thermal_power_limit_w(profile), offset_mhz, mem, temperature_c
         )
         if thermal < chosen:
             reasons |= ClockEventReason.SW_THERMAL_SLOWDOWN
             chosen = thermal
-    watts, r, effective = _evaluate(profile, work, clocks[chosen], offset_mhz, mem)
+    watts, r, effective = _evaluate(profile, work, clocks[chosen], offset_mhz, mem, temperature_c)
     return OperatingPoint(
         base_clock_mhz=clocks[chosen],
         sm_clock_mhz=effective,

@@ -136,6 +136,7 @@ def capped_call(
     power_limit_w: float,
     offset_mhz: int,
     thermal_slowdown: bool,
+    temperature_c: int | None = None,
 ) -> tuple[list[Phase], float]:
     """The phases one call runs in under the power-cap controller's lag, and ``over_s`` after.
 
@@ -147,6 +148,7 @@ def capped_call(
         mem_clock_mhz=mem_clock_mhz,
         offset_mhz=offset_mhz,
         thermal_slowdown=thermal_slowdown,
+        temperature_c=temperature_c,
     )
     capped = model.operating_point(profile, work, power_limit_w=power_limit_w, **settings)
     filter_s = profile.sensors.power_cap_filter_s

@@ -214,6 +214,7 @@ def simDeviceRecordKernelCall(handle: SimHandle, work: KernelWork) -> SimCallRes
             power_limit_w=s["power_limit_w"],
             offset_mhz=int(s["offset_mhz"]),
             thermal_slowdown=s["temperature_c"] >= p.slowdown_temp_c,
+            temperature_c=round(s["temperature_c"]),  # leakage follows the die (whole degrees)
         )
         energy = duration = 0.0
         for phase in phases:

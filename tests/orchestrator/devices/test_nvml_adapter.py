@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support import isothermal_profile
 
 from orchestrator.devices import open_backend, select_devices
 from orchestrator.devices.base import ClockEventReason, KernelWork
@@ -101,7 +102,8 @@ def test_power_cap_below_the_kernels_draw_lowers_the_clock_and_reports_the_reaso
 
 
 def test_energy_counter_equals_model_power_times_time(tmp_path):
-    with sim(tmp_path, energy_update_period_s=0.0) as backend:
+    board = isothermal_profile("a100_sxm4_40gb", tmp_path)  # its power holds as the load runs
+    with sim(tmp_path, energy_update_period_s=0.0, profile=board) as backend:
         dev = backend.device(0)
         e0, t0 = dev.energy_mj(), dev.now_s()
         for _ in range(200):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pynvml
 import pytest
+from support import isothermal_profile
 
 from orchestrator.devices.base import ClockEventReason, KernelWork
 from orchestrator.devices.sim import model
@@ -44,8 +45,9 @@ def open_machine(tmp_path, monkeypatch):
         sim.nvmlShutdown()
 
 
-def test_the_energy_counter_is_model_power_times_time_over_a_long_window(open_machine):
-    h = open_machine(energy_update_period_s=0.02)
+def test_the_energy_counter_is_model_power_times_time_over_a_long_window(open_machine, tmp_path):
+    # a die held at the reference temperature: the model's steady state is then exact
+    h = open_machine(isothermal_profile("a100_sxm4_40gb", tmp_path), energy_update_period_s=0.02)
     sim.nvmlDeviceSetPowerManagementLimit(h, 300_000)
     e0, t0 = sim.nvmlDeviceGetTotalEnergyConsumption(h), sim.simDeviceGetTimeS(h)
     # The cap bites GEMM, not STREAM. Its controller acts after the filter (100 ms on GA100): a
@@ -97,8 +99,8 @@ def test_a_period_of_zero_gives_the_exact_counter(open_machine):
     assert sim.nvmlDeviceGetTotalEnergyConsumption(h) == int(A100.idle_power_w * 0.0123 * 1e3)
 
 
-def test_a_power_cap_lowers_the_clock_nvml_reports_and_flags_sw_power_cap(open_machine):
-    h = open_machine()
+def test_a_power_cap_lowers_the_clock_nvml_reports_and_flags_sw_power_cap(open_machine, tmp_path):
+    h = open_machine(isothermal_profile("a100_sxm4_40gb", tmp_path))
     sim.nvmlDeviceSetPowerManagementLimit(h, 250_000)
     expected = model.operating_point(A100, GEMM, power_limit_w=250.0)
     assert GEMM_S > 2 * A100.sensors.power_cap_filter_s  # the call ends past the cap's filter

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pynvml
 import pytest
+from support import isothermal_profile
 
 from orchestrator.devices.base import ClockEventReason, KernelWork
 from orchestrator.devices.sim import model
@@ -38,12 +39,14 @@ def stream(profile, seconds=CALL_S):
 
 @pytest.fixture
 def open_gpu(tmp_path, monkeypatch):
-    """``open_gpu(profile)``: a one-GPU machine, nvmlInit'ed; returns (handle, profile)."""
+    """``open_gpu(profile)``: a one-GPU machine, nvmlInit'ed; returns (handle, profile). Its die
+    holds the leakage reference temperature (``support.isothermal_profile``), so the sensors can
+    be checked exactly against the steady-state model."""
     opened = []
 
     def open_(profile):
         state = tmp_path / f"sim{len(opened)}"
-        create_machine(state, profile)
+        create_machine(state, isothermal_profile(profile, tmp_path))
         monkeypatch.setenv("DVFS_SIM_STATE_DIR", str(state))
         sim.nvmlInit()
         opened.append(state)
