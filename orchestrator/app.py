@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import estimate
-from orchestrator.config import CONF_DIR, hydra_user_error, register_configs
-from orchestrator.errors import DvfsError, UserError
+from orchestrator.config import CONF_DIR, register_configs
+from orchestrator.errors import DvfsError, UserError, hydra_user_error
 from orchestrator.jobs import JobSpec, record_sweep, resume_trials
 from orchestrator.progress import summarise
 from orchestrator.rows import JobResult

@@ -177,7 +177,7 @@ class SweepComposer:
         from hydra.core.hydra_config import HydraConfig
         from omegaconf import open_dict, read_write
 
-        from orchestrator.config import hydra_user_error
+        from orchestrator.errors import hydra_user_error
 
         try:
             sweep_config = self.loader.load_sweep_config(self.master, list(overrides))
@@ -237,7 +237,7 @@ class SweepComposer:
         from hydra.core.hydra_config import HydraConfig
         from omegaconf import OmegaConf
 
-        from orchestrator.config import hydra_user_error
+        from orchestrator.errors import hydra_user_error
 
         base = self.base(base_key)
         override = self._parse(line)
@@ -274,7 +274,7 @@ class SweepComposer:
     def _parse(self, line: str) -> Any:
         found = self._parsed.get(line)
         if found is None:
-            from orchestrator.config import hydra_user_error
+            from orchestrator.errors import hydra_user_error
 
             try:
                 found = self._parsed[line] = self.parser.parse_overrides([line])[0]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from orchestrator.bounds import Bound, bounded, check_fields
-from orchestrator.errors import UserError
+from orchestrator.errors import UserError, hydra_user_error
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 """The top-level ``conf/`` directory (an editable install keeps it beside the packages)."""
@@ -429,52 +429,6 @@ def _check_cpu(d: Any, m: Any) -> None:
             "measure.meter=polling needs a power sensor, and device=cpu has none (its energy "
             "comes from the RAPL counter): use measure.meter=auto"
         )
-
-
-def one_line(message: str) -> str:
-    """Hydra and OmegaConf write several lines (full_key, object_type...); keep what matters."""
-    lines = [ln.strip() for ln in str(message).splitlines() if ln.strip()]
-    keep = [ln for ln in lines if not ln.startswith(("object_type=", "Set the environment"))]
-    return "; ".join(keep[:2]) if keep else str(message)
-
-
-def hydra_user_error(e: BaseException) -> UserError | None:
-    """Turn a Hydra/OmegaConf composition error into a one-line UserError (None: not one)."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    if isinstance(e, UserError):
-        return e
-    conversion = isinstance(e, (ValueError, TypeError, ArithmeticError))
-    if conversion and _raised_in(e, ("hydra", "omegaconf")):
-        # Hydra's defaults list raises plain ValueErrors about the input ("Config group override
-        # must be a string or a list"), not HydraExceptions.
-        return UserError(one_line(str(e)))
-    if isinstance(e, (HydraException, OmegaConfBaseException)):
-        cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
-        text = one_line(str(e))
-        if cause is not None and one_line(str(cause)) not in text:
-            text = f"{text}: {one_line(str(cause))}"
-        return UserError(text)
-    return None
-
-
-def _raised_in(e: BaseException, packages: tuple[str, ...]) -> bool:
-    """True if the innermost frame of ``e``'s traceback is in one of these installed packages."""
-    import sys
-
-    tb = e.__traceback__
-    if tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    filename = Path(tb.tb_frame.f_code.co_filename).resolve()
-    for name in packages:
-        module = sys.modules.get(name)
-        root = getattr(module, "__file__", None)
-        if root and Path(root).resolve().parent in filename.parents:
-            return True
-    return False
 
 
 def compose(overrides: list[str] | None = None, config_name: str = "config") -> Any:

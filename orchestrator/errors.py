@@ -1,4 +1,4 @@
-"""The project's exceptions.
+"""The project's exceptions, and how a library's error about the input becomes one of them.
 
 Two families, because a user needs to know whose fault a failure is:
 
@@ -14,6 +14,8 @@ NVML's own error classes never travel above the NVML adapter: it maps them to th
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 
 class DvfsError(Exception):
@@ -71,3 +73,50 @@ class DeviceBusyError(DeviceError):
 
 class UnrestoredDeviceError(UserError):
     """A journal entry from a killed process is still open: run ``dvfs restore`` first."""
+
+
+# --- Hydra's and OmegaConf's errors, as the one line a user's mistake gets --------------------
+def one_line(message: str) -> str:
+    """Hydra and OmegaConf write several lines (full_key, object_type...); keep what matters."""
+    lines = [ln.strip() for ln in str(message).splitlines() if ln.strip()]
+    keep = [ln for ln in lines if not ln.startswith(("object_type=", "Set the environment"))]
+    return "; ".join(keep[:2]) if keep else str(message)
+
+
+def hydra_user_error(e: BaseException) -> UserError | None:
+    """Turn a Hydra/OmegaConf composition error into a one-line UserError (None: not one)."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if isinstance(e, UserError):
+        return e
+    conversion = isinstance(e, (ValueError, TypeError, ArithmeticError))
+    if conversion and _raised_in(e, ("hydra", "omegaconf")):
+        # Hydra's defaults list raises plain ValueErrors about the input ("Config group override
+        # must be a string or a list"), not HydraExceptions.
+        return UserError(one_line(str(e)))
+    if isinstance(e, (HydraException, OmegaConfBaseException)):
+        cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
+        text = one_line(str(e))
+        if cause is not None and one_line(str(cause)) not in text:
+            text = f"{text}: {one_line(str(cause))}"
+        return UserError(text)
+    return None
+
+
+def _raised_in(e: BaseException, packages: tuple[str, ...]) -> bool:
+    """True if the innermost frame of ``e``'s traceback is in one of these installed packages."""
+    import sys
+
+    tb = e.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    filename = Path(tb.tb_frame.f_code.co_filename).resolve()
+    for name in packages:
+        module = sys.modules.get(name)
+        root = getattr(module, "__file__", None)
+        if root and Path(root).resolve().parent in filename.parents:
+            return True
+    return False

@@ -31,7 +31,7 @@ from support import DVFS
 
 from orchestrator import config as C
 from orchestrator.bounds import bounds
-from orchestrator.errors import UserError
+from orchestrator.errors import UserError, hydra_user_error
 
 GROUPS: dict[str, type] = {
     "device": C.DeviceConfig,
@@ -173,7 +173,7 @@ def check_overrides(overrides: list[str], device: Any) -> UserError | None:
     except UserError as e:
         return e
     except Exception as e:  # noqa: BLE001 - the same conversion as the CLI, else re-raised
-        err = C.hydra_user_error(e)
+        err = hydra_user_error(e)
         if err is None:
             raise
         return err
