@@ -54,7 +54,8 @@ ROW_COLUMNS: list[str] = [
     "memory_used_after_bytes",
     # checks
     "rel_error", "max_abs_error", "nonfinite_count", "determinism_mismatches", "status",
-    "failed_by", "error", "digest", "checked_iters", "check_time_s",
+    "failed_by", "error", "digest", "checked_iters", "check_time_s", "outputs_sampled",
+    "outputs_compared", "samples_note", "bytes_to_host",
     # validity
     "valid", "invalid_reason", "meter", "energy_counter_updates", "energy_counter_period_s",
     "window_aligned", "energy_note",
@@ -62,8 +63,8 @@ ROW_COLUMNS: list[str] = [
     "charged_flops", "charged_bytes", "charged_launches", "charged_transcendentals", "work_kind",
     "work_source", "work_note",
     # where the trial's wall time went (orchestrator.phases.PHASES)
-    "phase_build_s", "phase_settings_s", "phase_warmup_s", "phase_edge_wait_s", "phase_window_s",
-    "phase_check_run_s", "phase_compare_s", "phase_restore_s", "wall_s",
+    "phase_build_s", "phase_settings_s", "phase_steady_s", "phase_warmup_s", "phase_edge_wait_s",
+    "phase_window_s", "phase_check_run_s", "phase_compare_s", "phase_restore_s", "wall_s",
     # context
     "config", "versions", "git_commit", "config_hash",
 ]

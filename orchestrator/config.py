@@ -27,6 +27,7 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 BACKENDS = ("sim", "nvml", "cpu")
 METERS = ("auto", "counter", "polling")
 DIGESTS = ("after", "inline", "host")  # orchestrator.window.DigestMode: where calls are checked
+STEADY_STARTS = ("none", "drift", "cooldown")  # orchestrator.thermal: a trial's thermal start
 OBJECTIVES = ("energy_per_work", "time_per_work", "edp", "ed2p")
 MAX_SIM_GPUS = 64  # as orchestrator.devices.sim.state.create_machine allows
 MAX_REFERENCE_SAMPLES = 64  # calls 1, 2, 4, ... 2**63: more than any window makes
@@ -145,6 +146,21 @@ class MeasureConfig:
     clock_tolerance_mhz: float = bounded(
         30.0, 0, MAX_CLOCK_MHZ, "no GPU clock reaches 5 GHz", unit=" MHz"
     )  # observed SM clock this far below the asked one: invalid
+    # thermal start (orchestrator/thermal.py): none (as the board comes: the default, so a trial
+    # costs its window), drift (warm until the die holds), cooldown (idle until it is this cool)
+    steady_start: str = "none"
+    steady_drift_c: float = bounded(
+        1.0, 0, 50, "a die that moves 50 C is not steady", unit=" C"
+    )  # drift: steady when the temperature moved at most this ...
+    steady_interval_s: float = bounded(
+        20.0, 0, 600, "ten minutes: a GPU's temperature settles within a few", above=True,
+        unit=" s")  # ... over the last this long of load (NVML reports whole degrees)
+    cooldown_c: float = bounded(
+        45.0, 0, 120, "no GPU runs at 120 C; its slowdown is near 90", unit=" C"
+    )  # cooldown: idle until the die is at or below this
+    steady_timeout_s: float = bounded(
+        300.0, 0, 3600, "an hour: a board that has not settled by then will not", unit=" s"
+    )  # longest drift or cooldown wait; past it the trial runs, its row says so
     timeout_s: float = bounded(
         600.0, 0, 86_400, "a day: a trial that takes longer has hung", above=True, unit=" s"
     )  # a trial past this is killed and recorded as `timeout`
@@ -324,6 +340,7 @@ def validate_static(cfg: Any) -> None:
     check_choice("device.backend", d.backend, BACKENDS)
     check_choice("measure.meter", m.meter, METERS)
     check_choice("measure.digest", m.digest, DIGESTS)
+    check_choice("measure.steady_start", m.steady_start, STEADY_STARTS)
     check_choice("objective", cfg.objective, OBJECTIVES)
     _check_bounds(cfg)
     _check_paths(cfg)

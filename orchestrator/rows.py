@@ -179,12 +179,14 @@ class TrialRow:
     outputs_sampled: int | None = None  # outputs held for the reference check
     outputs_compared: int | None = None  # ... of which compared: bitwise-equal ones once
     samples_note: str | None = None  # why fewer were held than asked (measure.held_outputs_gib)
+    steady_note: str | None = None  # measure.steady_start did not get there in its time
     bytes_to_host: int | None = None  # outputs and check results copied to the host
     # where the trial's wall time went, in seconds (``PHASES``): the trial's own phases (build,
     # settings, warm-up) on repeat 0, the restore on the last repeat, each repeat's on its row;
     # ``wall_s`` is the row's sum, so a trial's rows add up to its wall time
     phase_build_s: float | None = None  # kernel build/compile and the work it is charged
     phase_settings_s: float | None = None  # settings applied and measure.settle_s
+    phase_steady_s: float | None = None  # measure.steady_start: warming or cooling the die
     phase_warmup_s: float | None = None  # measure.warmup_iters calls
     phase_edge_wait_s: float | None = None  # waits for the energy counter's edges
     phase_window_s: float | None = None  # the timed window's calls

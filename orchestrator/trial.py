@@ -73,6 +73,7 @@ from orchestrator.rows import (
     fill_measured,
     fill_rate,
 )
+from orchestrator.thermal import steady_start
 from orchestrator.window import Checks, KernelCalls, SimulatedCrash, held_samples, measure_window
 
 if TYPE_CHECKING:
@@ -197,13 +198,13 @@ def _measure(
     counts = spec.counts(preset=preset, dtype=cfg.workload.dtype)
     work = _charged_work(kernel, spec, counts, preset, cfg, base)
     memory = _memory_model(device, spec, counts, preset, cfg) if sim_sized else None
-    reset = getattr(kernel, "reset_peak_memory", None)  # a stand-in kernel keeps no figures
-    if reset is not None:
-        reset()
+    getattr(kernel, "reset_peak_memory", lambda: None)()  # a stand-in kernel keeps no figures
     m = cfg.measure
     phases["build"] = time.perf_counter() - wall
     if ctx.on_kernel_calls is not None:
         ctx.on_kernel_calls()
+    with timed(phases, "steady"):  # leakage follows the die: start where measure says
+        base["steady_note"] = steady_start(device, KernelCalls(kernel, device, work, None), m)
     with timed(phases, "warmup"):
         if m.warmup_iters:
             KernelCalls(kernel, device, work, None).run(m.warmup_iters)

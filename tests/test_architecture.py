@@ -31,7 +31,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
         "orchestrator.phases"),
     2: ("orchestrator.guard", "orchestrator.policy", "orchestrator.journal", "orchestrator.meter",
         "orchestrator.inject", "orchestrator.sweep_lock", "orchestrator.window",
-        "orchestrator.trial_trace", "orchestrator.calibrate"),
+        "orchestrator.trial_trace", "orchestrator.calibrate", "orchestrator.thermal"),
     3: ("orchestrator.jobs", "orchestrator.rows", "analysis", "orchestrator.search",
         "orchestrator.compose"),
     4: ("orchestrator.trial", "orchestrator.session"),
