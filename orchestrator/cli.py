@@ -6,6 +6,7 @@
     dvfs report DIR... [--out DIR]         plots, recommendations and thresholds of sweeps
     dvfs calibrate SOURCE... --profile BASE --out FILE
                                            a sim profile fitted to a real board's rows
+    dvfs check [OVERRIDES...] [--out DIR]  everything needed from a real GPU, observe-only, < 5 min
 
 ``devices`` and ``restore`` take the same Hydra overrides as ``sweep`` (``device=sim
 device.count=4``), so one vocabulary names a machine everywhere. Bad input is one line on stderr
@@ -39,6 +40,9 @@ commands:
   calibrate SOURCE... --profile BASE --out FILE [--anchors]
                                  fit a simulated GPU profile to a real board's measured rows
                                  (results stores or data/measured folders)
+  check [OVERRIDES...] [--out DIR] [--lease-wheels DIR]
+                                 one observe-only check of a GPU in under five minutes: its
+                                 readings and every workload as trials (a store dvfs report reads)
 
 examples:
   dvfs sweep -m workload=gemm,stencil framework=jax,tensorflow \\
@@ -59,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     command, rest = args[0], args[1:]
     commands = {"sweep": _sweep, "devices": _devices, "restore": _restore, "report": _report,
-                "calibrate": _calibrate}
+                "calibrate": _calibrate, "check": _check}
     if command not in commands:
         known = ", ".join(commands)
         print(f"dvfs: unknown command {command!r}; commands: {known}", file=sys.stderr)
@@ -264,6 +268,13 @@ def _calibrate(rest: list[str]) -> int:
     from orchestrator.calibrate import main as calibrate_main
 
     return calibrate_main(rest)
+
+
+# --- check ------------------------------------------------------------------------------------
+def _check(rest: list[str]) -> int:
+    from orchestrator.check import main as check_main
+
+    return check_main(rest)
 
 
 if __name__ == "__main__":  # pragma: no cover
