@@ -40,9 +40,9 @@ on hardware a background thread reads the counter every ``COUNTER_WATCH_S`` and 
 ``poll_hz``, and ``tick()`` and ``counter_updates()`` cost nothing (the latter returns what the
 thread has seen), so the loop that dispatches kernels, edge waits included, reads no sensor. An
 NVML read is not free: on one H200 in a VM each took ~5 ms (the GPU check, now ``dvfs check``:
-482 energy reads in 2.5 s), during which a GPU whose host waits for it runs nothing. The window closes at
-the time its caller passes to ``stop(end_s=...)``, taken at its last synchronisation, before
-the reader thread is joined and the closing sensors are read.
+482 energy reads in 2.5 s), during which a GPU whose host waits for it runs nothing. The window
+closes at the time its caller passes to ``stop(end_s=...)``, taken at its last synchronisation,
+before the reader thread is joined and the closing sensors are read.
 """
 
 from __future__ import annotations
