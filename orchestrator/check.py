@@ -18,7 +18,8 @@ and the others still run:
   simulated profile, where one is shipped, gives its steady-state figure beside each real one
   (``calibration.compare_real``: where they disagree, the sim is wrong).
 
-It writes three files into ``--out`` (``check.json``, ``check.md``, ``trials.sqlite``) and needs
+It writes five files into ``--out`` (``check.json``, ``check.md``, ``trials.sqlite``, and the
+same rows as a ``data/measured/`` run: ``rows.jsonl``, ``provenance.yaml``) and needs
 neither Ray nor TensorFlow: on a lent GPU whose image has JAX, nvidia-ml-py, pandas, pyarrow and
 matplotlib, the pure-Python wheels :func:`lease_wheels` prepares (Hydra, OmegaConf, ANTLR's
 runtime) are all it adds. ``device=sim`` runs it all over the simulated GPU (virtual time).
@@ -43,7 +44,7 @@ SECTIONS = ("identity", "readings", "trials")
 KERNELS = ("stencil", "gemm", "selu", "conv3d", "mlp_train", "hessian")
 BUDGET_S = 285.0  # the whole check, under five minutes with the start-up
 TRIAL_RESERVE_S = 20.0  # no new trial starts with less than this left
-FILES = ("check.json", "check.md", "trials.sqlite")
+FILES = ("check.json", "check.md", "trials.sqlite", "rows.jsonl", "provenance.yaml")
 LEASE_REQUIREMENTS = ("hydra-core", "omegaconf", "antlr4-python3-runtime")
 """What a lent GPU's image lacks of what ``dvfs check`` imports: pure-Python distributions."""
 LEASE_PYTHON = "3.12"
@@ -279,6 +280,39 @@ def run_check(opts: CheckOptions) -> dict:
     }
 
 
+def write_measured(report: dict, out: Path, command: str) -> None:
+    """The trials as a real-measurement run (``orchestrator.measured``): ``rows.jsonl`` (every
+    stored row) and ``provenance.yaml``, so ``out`` can be committed under ``data/measured/``
+    as it is, and ``scripts/sim_vs_real.py`` and ``dvfs calibrate`` read it."""
+    import json
+
+    import yaml
+
+    from orchestrator.check_summary import clean
+    from orchestrator.store import ResultStore
+
+    if not (out / "trials.sqlite").is_file():
+        return
+    with ResultStore(out) as store:  # as the writer it was: closing leaves no -wal, -shm files
+        rows = store.rows()
+    (out / "rows.jsonl").write_text("".join(json.dumps(clean(r)) + "\n" for r in rows))
+    ident = (report["sections"]["identity"].get("data") or {})
+    versions = report["versions"]
+    provenance = {
+        "board": report["device"]["name"], "profile": board_profile(report["device"]["name"]),
+        "driver": ident.get("driver_version"), "backend": report["device"]["backend"],
+        "libraries": {k: v for k, v in versions.items() if k in ("jax", "jaxlib", "tensorflow",
+                                                                  "nvidia-ml-py", "numpy")},
+        "frameworks": report["frameworks"], "python": report["python"],
+        "preset": sorted({r.get("size") for r in rows if r.get("size")}),
+        "window_s": sorted({(r.get("config") or {}).get("measure", {}).get("window_s")
+                            for r in rows} - {None}),
+        "date": report["started_at"][:10], "command": command, "host": report["host"],
+        "observe_only": True, "rebuilt": False,
+    }
+    (out / "provenance.yaml").write_text(yaml.safe_dump(clean(provenance), sort_keys=False))
+
+
 def lease_wheels(dest: Path, python_version: str = LEASE_PYTHON) -> list[Path]:
     """The pure-Python wheels a lent GPU's image lacks, for its Python, into ``dest``, and
     unpacked into ``dest/site`` (what the lease puts on ``PYTHONPATH``): each
@@ -351,6 +385,7 @@ def main(argv: list[str]) -> int:
                         budget_s=ns.budget_s)
     report = run_check(opts)
     md = write_summary(report, opts.out)
+    write_measured(report, opts.out, "dvfs check " + " ".join(argv))
     sections = report["sections"]
     print("dvfs check: " + ", ".join(f"{n} {s['status']}" for n, s in sections.items()))
     print(f"dvfs check: summary in {md}; trials in {opts.out / 'trials.sqlite'}")

@@ -12,7 +12,8 @@ import textwrap
 import pytest
 from support import DVFS, REPO
 
-from orchestrator.check import LEASE_REQUIREMENTS, lease_wheels, trial_plan
+from orchestrator import measured
+from orchestrator.check import FILES, LEASE_REQUIREMENTS, lease_wheels, trial_plan
 
 # Startup code for the child: TensorFlow and Ray cannot be imported (the lease's image has
 # neither); at exit it says where Hydra, OmegaConf and ANTLR's runtime came from.
@@ -73,7 +74,7 @@ def test_dvfs_check_runs_end_to_end_on_the_sim_without_tensorflow_or_ray(lease, 
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name, origin in origins.items():  # the carried wheels, not this venv's copies
         assert origin is not None and str(lease[0]) in origin, (name, origin)
-    assert sorted(p.name for p in out.iterdir()) == ["check.json", "check.md", "trials.sqlite"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)  # at most 8, in one folder
     report = json.loads((out / "check.json").read_text())
     assert report["observe_only"] and report["frameworks"] == ["jax"]
     sections = report["sections"]
@@ -90,7 +91,7 @@ def test_dvfs_check_runs_end_to_end_on_the_sim_without_tensorflow_or_ray(lease, 
     assert "# dvfs check: NVIDIA A100-SXM4-40GB" in (out / "check.md").read_text()
 
 
-def test_the_checks_store_is_what_dvfs_report_reads(lease, tmp_path):
+def test_the_checks_folder_is_what_dvfs_report_and_the_measured_data_read(lease, tmp_path):
     out = tmp_path / "out"
     proc, _ = run_check_as_on_a_lease(
         lease[0], tmp_path, "device=sim", f"device.state_dir={tmp_path / 'sim'}",
@@ -100,6 +101,11 @@ def test_the_checks_store_is_what_dvfs_report_reads(lease, tmp_path):
                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "gemm" in (tmp_path / "report" / "report.md").read_text()
+    run = measured.load(out)  # the folder is a data/measured run as it is
+    assert run.provenance["board"] == "NVIDIA A100-SXM4-40GB"
+    assert run.provenance["profile"] == "a100_sxm4_40gb" and not run.rebuilt
+    assert [(r["workload"], r["dtype"]) for r in run.rows] == [("gemm", "float32"),
+                                                              ("gemm", "bfloat16")]
 
 
 def test_a_setting_is_refused_in_one_line_before_anything_runs(tmp_path):
