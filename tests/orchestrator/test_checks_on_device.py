@@ -3,11 +3,13 @@ once per kernel whatever the sweep's settings, and the comparison runs after the
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from kernels import KernelCache
 from orchestrator.config import compose
-from orchestrator.devices import journal_dir, open_backend
+from orchestrator.devices import CPU_ONLY_ENV, journal_dir, open_backend
 from orchestrator.guard import SettingsGuard
 from orchestrator.jobs import JobSpec
 from orchestrator.journal import Journal
@@ -45,7 +47,9 @@ def test_a_sweep_at_a_large_preset_copies_no_output_and_computes_the_reference_o
         assert row["bytes_to_host"] < 1024 < kernel.output_bytes
 
 
-def test_on_the_host_cpu_a_trial_copies_no_output_either(tmp_path):
+def test_on_the_host_cpu_a_trial_copies_no_output_either(tmp_path, monkeypatch):
+    for name, _ in CPU_ONLY_ENV.items():  # device=cpu hides the GPUs process-wide: undone after
+        monkeypatch.setenv(name, os.environ.get(name, ""))
     cfg = compose(["device=cpu", f"device.state_dir={tmp_path}", "workload=gemm",
                    "workload.size=cpu", "measure=quick", "measure.check_iters=3"])
     backend = open_backend(cfg.device)
