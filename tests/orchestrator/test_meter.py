@@ -175,6 +175,15 @@ class WatchedDriver:
             assert time.monotonic() < deadline, f"the meter's thread took no {call} at {at_s}"
             time.sleep(0.001)
 
+    def wait_for_thread_value(self, call: str, value: int) -> None:
+        """Block until the meter's thread has read ``value`` (or more) from ``call``: the time a
+        read is logged at is taken after its value, so a read logged after a change may still
+        hold the value from before it (the race a loaded machine showed)."""
+        deadline = time.monotonic() + WAIT_S
+        while not any(v >= value for _, v in self.thread_reads(call)):
+            assert time.monotonic() < deadline, f"the meter's thread never read {value}"
+            time.sleep(0.001)
+
 
 def meter_threads() -> list[threading.Thread]:
     """The meter's background readers alive now (each is named ``dvfs-meter``)."""
@@ -226,7 +235,7 @@ def test_on_hardware_a_thread_watches_the_counter_and_records_its_update_period(
         device.on_kernel_call(GEMM)  # no tick() and no counter_updates() here: only the thread
         now = sim.nvmlDeviceGetTotalEnergyConsumption(sim.nvmlDeviceGetHandleByIndex(0))
         if now != last:  # the counter updated: the device waits until the thread has seen it
-            driver.wait_for_thread_read("nvmlDeviceGetTotalEnergyConsumption", device.now_s())
+            driver.wait_for_thread_value("nvmlDeviceGetTotalEnergyConsumption", now)
             last, moved = now, moved + 1
     m = meter.stop()
     assert meter_threads() == []
