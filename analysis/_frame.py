@@ -35,7 +35,7 @@ SETTING_COLUMNS: list[str] = [
 """What was asked of the device (None: left at the device's default)."""
 
 OK = "ok"
-NOT_MEASURED = "not_measured"  # a trial that measured nothing (orchestrator.rows.Status)
+NOT_MEASURED = "not_measured"  # a trial that measured nothing (orchestrator.results.rows.Status)
 # Most severe first: the status a setting gets when its repeats disagree.
 _SEVERITY = ("crash", "timeout", "device_error", "wrong", "nondeterministic", NOT_MEASURED, OK)
 

@@ -23,8 +23,8 @@ import pandas as pd
 
 from analysis._frame import NOT_MEASURED
 from orchestrator.errors import UserError
-from orchestrator.rows import failed_by
-from orchestrator.store import (
+from orchestrator.results.rows import failed_by
+from orchestrator.results.store import (
     STORE_FILENAME,
     ResultStore,
     StoreError,
@@ -62,7 +62,7 @@ ROW_COLUMNS: list[str] = [
     # the work of one call as compiled (charged on the sim; kernels/cost.py)
     "charged_flops", "charged_bytes", "charged_launches", "charged_transcendentals", "work_kind",
     "work_source", "work_note",
-    # where the trial's wall time went (orchestrator.phases.PHASES)
+    # where the trial's wall time went (orchestrator.measuring.phases.PHASES)
     "phase_build_s", "phase_settings_s", "phase_steady_s", "phase_warmup_s", "phase_edge_wait_s",
     "phase_window_s", "phase_check_run_s", "phase_compare_s", "phase_restore_s", "wall_s",
     # context

@@ -3,16 +3,16 @@
 The physical limit of a sweep is the sum of its windows (and the check runs its checks need);
 every other second (building kernels, applying settings, warm-up, waiting for the energy
 counter's edges, comparing outputs, restoring the device) is overhead. Each row carries its
-phases' wall time (``phase_<name>_s``, ``orchestrator.phases.PHASES``: a trial's own phases on its
-first repeat, the restore on its last) and their sum ``wall_s``, so summing rows sums trials.
-Rows stored before the columns existed have none; a sweep of such rows is left out.
+phases' wall time (``phase_<name>_s``, ``orchestrator.measuring.phases.PHASES``: a trial's own
+phases on its first repeat, the restore on its last) and their sum ``wall_s``, so summing rows sums
+trials. Rows stored before the columns existed have none; a sweep of such rows is left out.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from orchestrator.phases import PHASES
+from orchestrator.measuring.phases import PHASES
 
 COLUMNS = [f"phase_{name}_s" for name in PHASES]
 _OUT = ["sweep_id", "trials", "wall_s", *COLUMNS, "efficiency", "biggest_other",

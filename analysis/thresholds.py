@@ -2,7 +2,7 @@
 
 Per GPU (``device_uuid``) and computation (workload, framework, dtype, precision), every tested
 clock is either *passing* (at least one trial, every trial ``ok``) or *failing* (at least one
-trial whose status fails the setting, :func:`orchestrator.rows.fails_setting`: wrong,
+trial whose status fails the setting, :func:`orchestrator.results.rows.fails_setting`: wrong,
 nondeterministic, crash, timeout). A ``device_error`` (a lost GPU, an XID, ECC, overheating)
 says the device was unhealthy, not that the clock is unstable, and a ``not_measured`` trial ran
 nothing: neither ever counts against a clock, nor for it.
@@ -56,7 +56,7 @@ from analysis._frame import (
     truthy,
     with_columns,
 )
-from orchestrator.rows import fails_setting
+from orchestrator.results.rows import fails_setting
 
 COLUMNS = [
     # which GPU and computation

@@ -22,13 +22,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator import estimate
 from orchestrator.config import CONF_DIR, register_configs
 from orchestrator.errors import DvfsError, UserError, hydra_user_error
-from orchestrator.jobs import JobSpec, record_sweep, resume_trials
+from orchestrator.launching import estimate
+from orchestrator.measuring.session import GpuSession
 from orchestrator.progress import summarise
-from orchestrator.rows import JobResult
-from orchestrator.session import GpuSession
+from orchestrator.results.jobs import JobSpec, record_sweep, resume_trials
+from orchestrator.results.rows import JobResult
 
 
 def run_sweep(argv: list[str]) -> int:
@@ -36,7 +36,7 @@ def run_sweep(argv: list[str]) -> int:
     import hydra
 
     from orchestrator import interrupt
-    from orchestrator.sweep_lock import release_sweep_dirs
+    from orchestrator.launching.sweep_lock import release_sweep_dirs
 
     register_configs()
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
@@ -99,9 +99,9 @@ def task(cfg: Any, session: GpuSession) -> JobResult:
         cfg: the job's config, as Hydra composed it.
         session: the process's GPUs and kernels, kept across the jobs of the sweep.
     """
-    from orchestrator.store import ResultStore
-    from orchestrator.sweep_lock import claim_sweep_dir
-    from orchestrator.trial import run_trial
+    from orchestrator.launching.sweep_lock import claim_sweep_dir
+    from orchestrator.measuring.trial import run_trial
+    from orchestrator.results.store import ResultStore
 
     logging.getLogger("jax").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
     try:

@@ -69,7 +69,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dvfs: unknown command {command!r}; commands: {known}", file=sys.stderr)
         return 2
     from orchestrator import interrupt
-
     with interrupt.handling():
         try:
             code = commands[command](rest)
@@ -88,7 +87,6 @@ def _interrupted(command: str) -> int:
     """The one line and exit code (130 for Ctrl-C, 143 for SIGTERM) of an interrupted command:
     what was stopped and what was kept."""
     from orchestrator import interrupt
-
     how = "terminated (SIGTERM)" if interrupt.terminated() else "interrupted (Ctrl-C)"
     what = {
         "sweep": "; the trials in flight were stopped and not stored; every trial stored so "
@@ -104,7 +102,7 @@ def _sweep(rest: list[str]) -> int:
     import os
 
     from orchestrator.app import run_sweep
-    from orchestrator.estimate import YES_ENV
+    from orchestrator.launching.estimate import YES_ENV
 
     if "--yes" in rest:  # a sweep longer than hydra.sweeper.max_hours is meant
         rest = [a for a in rest if a != "--yes"]
@@ -235,7 +233,7 @@ def _format_cpu(d: dict[str, Any]) -> str:
 # --- restore ----------------------------------------------------------------------------------
 def _restore(rest: list[str]) -> int:
     from orchestrator.devices import journal_dir, open_backend
-    from orchestrator.journal import Journal, restore_journal
+    from orchestrator.measuring.journal import Journal, restore_journal
 
     _, overrides = _split(rest, "restore", "Restore devices a killed process left changed.")
     device_cfg, _ = _device_cfg(overrides)
@@ -265,14 +263,14 @@ def _report(rest: list[str]) -> int:
 
 # --- calibrate --------------------------------------------------------------------------------
 def _calibrate(rest: list[str]) -> int:
-    from orchestrator.calibrate import main as calibrate_main
+    from orchestrator.realgpu.calibrate import main as calibrate_main
 
     return calibrate_main(rest)
 
 
 # --- check ------------------------------------------------------------------------------------
 def _check(rest: list[str]) -> int:
-    from orchestrator.check import main as check_main
+    from orchestrator.realgpu.check import main as check_main
 
     return check_main(rest)
 

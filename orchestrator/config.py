@@ -26,8 +26,10 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 BACKENDS = ("sim", "nvml", "cpu")
 METERS = ("auto", "counter", "polling")
-DIGESTS = ("after", "inline", "host")  # orchestrator.window.DigestMode: where calls are checked
-STEADY_STARTS = ("none", "drift", "cooldown")  # orchestrator.thermal: a trial's thermal start
+# where calls are checked: orchestrator.measuring.window.DigestMode
+DIGESTS = ("after", "inline", "host")
+# a trial's thermal start: orchestrator.measuring.thermal
+STEADY_STARTS = ("none", "drift", "cooldown")
 OBJECTIVES = ("energy_per_work", "time_per_work", "edp", "ed2p")
 MAX_SIM_GPUS = 64  # as orchestrator.devices.sim.state.create_machine allows
 MAX_REFERENCE_SAMPLES = 64  # calls 1, 2, 4, ... 2**63: more than any window makes
@@ -76,7 +78,8 @@ class DeviceConfig:
     energy_update_period_s: Optional[float] = bounded(
         None, 0, 10, "real counters update every 1 to 100 ms (0: at every call); 10 s is a "
         "counter that never updates in a window", unit=" s")  # None: the profile's period
-    inject: Any = None  # tests and chaos only (sim): a fault to inject, see orchestrator/inject.py
+    # tests and chaos only (sim): a fault to inject, see orchestrator/measuring/inject.py
+    inject: Any = None
     # --- the host CPU (backend=cpu only) ---
     powercap_root: Optional[str] = None  # RAPL's intel-rapl:N zones; None: /sys/class/powercap
 
@@ -146,8 +149,9 @@ class MeasureConfig:
     clock_tolerance_mhz: float = bounded(
         30.0, 0, MAX_CLOCK_MHZ, "no GPU clock reaches 5 GHz", unit=" MHz"
     )  # observed SM clock this far below the asked one: invalid
-    # thermal start (orchestrator/thermal.py): none (as the board comes: the default, so a trial
-    # costs its window), drift (warm until the die holds), cooldown (idle until it is this cool)
+    # thermal start (orchestrator/measuring/thermal.py): none (as the board comes: the default, so a
+    # trial costs its window), drift (warm until the die holds), cooldown (idle until it is this
+    # cool)
     steady_start: str = "none"
     steady_drift_c: float = bounded(
         1.0, 0, 50, "a die that moves 50 C is not steady", unit=" C"

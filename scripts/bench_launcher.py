@@ -59,8 +59,8 @@ WAYS = {
 # Hydra's basic launcher runs trials in its own process: time run_trial there, as the workers do.
 _TIMED_CLI = """
 import json, sys, time
-import orchestrator.trial as trial
-from orchestrator import inject
+import orchestrator.measuring.trial as trial
+from orchestrator.measuring import inject
 spans = []
 _run_trial = trial.run_trial
 def timed(ctx, cfg, resolved):
@@ -126,7 +126,7 @@ def run_way(name: str, extra: list[str], scratch: Path) -> dict:
 
 def _rows(sweep_dir: Path) -> list[dict]:
     sys.path.insert(0, str(REPO))
-    from orchestrator.store import ResultStore
+    from orchestrator.results.store import ResultStore
 
     with ResultStore(sweep_dir, readonly=True) as store:
         return store.rows()

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.phases import PHASES
+from orchestrator.measuring.phases import PHASES
 
 MAX_COMPARE_SHARE = 0.05  # of the window
 MAX_HOST_BYTES = 1 << 20  # per trial
@@ -50,8 +50,8 @@ def trial_overrides(workload: str, framework: str, args: argparse.Namespace) -> 
 
 
 def _trial(ctx: Any, cfg: Any) -> dict[str, Any]:
-    from orchestrator.jobs import JobSpec
-    from orchestrator.trial import run_trial
+    from orchestrator.measuring.trial import run_trial
+    from orchestrator.results.jobs import JobSpec
 
     (row,) = run_trial(ctx, JobSpec.from_config(cfg))
     if row["status"] in ("crash", "timeout", "device_error", "not_measured"):
@@ -153,7 +153,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; exit 1 when a pair misses a target or failed."""
-    from orchestrator.session import GpuSession
+    from orchestrator.measuring.session import GpuSession
 
     args = parse_args(argv)
     results = []

@@ -83,8 +83,8 @@ def paired_ratio(series: list[float], bare: list[float]) -> float:
 
 def _trial(ctx: Any, overrides: list[str]) -> dict[str, Any]:
     from orchestrator.config import compose
-    from orchestrator.jobs import JobSpec
-    from orchestrator.trial import run_trial
+    from orchestrator.measuring.trial import run_trial
+    from orchestrator.results.jobs import JobSpec
 
     (row,) = run_trial(ctx, JobSpec.from_config(compose(overrides)))
     if row["status"] in ("crash", "timeout", "device_error"):
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
     args = parser.parse_args(argv)
 
-    from orchestrator.session import GpuSession
+    from orchestrator.measuring.session import GpuSession
 
     rows = []
     with GpuSession() as session:

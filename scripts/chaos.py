@@ -116,7 +116,8 @@ MIN_LEFT = 16  # a fault strikes a sweep with at least this many jobs left (else
 SIDE_WORKLOADS = ("stencil",)
 SIDE_CLOCKS = (1005, 1110, 1215, 1320)
 # A stopped sweep's workers stop their trials at the next chunk of kernel calls, put their GPUs
-# back and close; the driver waits 15 s for them (orchestrator.pool.CLOSE_WAIT_S), then Ray ends.
+# back and close; the driver waits 15 s for them (orchestrator.launching.pool.CLOSE_WAIT_S), then
+# Ray ends.
 STOP_BOUND_S = 20.0
 
 
@@ -344,7 +345,7 @@ class ChaosRun:
 
     def is_leased(self, uuid: str) -> bool:
         """Whether a live process holds the lease on the GPU ``uuid`` right now."""
-        from orchestrator.journal import Journal
+        from orchestrator.measuring.journal import Journal
 
         return Journal(self.journal).is_leased(uuid)
 
@@ -439,7 +440,8 @@ def fault_worker_sigkill(run: ChaosRun) -> dict[str, Any]:
 
 def _pre_kernel(run: ChaosRun, pid: int) -> bool:
     """Whether the stopped worker ``pid`` is outside a trial's kernel calls: its GPU's trace
-    (``orchestrator.trial_trace``) is gone (between trials) or shows no kernel call begun."""
+    (``orchestrator.measuring.trial_trace``) is gone (between trials) or shows no kernel call
+    begun."""
     for path in run.journal.glob("*.trace"):
         with contextlib.suppress(OSError, ValueError):
             data = json.loads(path.read_text())
@@ -483,8 +485,7 @@ def fault_worker_idle(run: ChaosRun) -> dict[str, Any]:
 
 def _schedule(run: ChaosRun, action: dict[str, Any], status: str) -> dict[str, Any]:
     """Schedule ``action`` on a random GPU; wait until a kernel call takes it and its row is in."""
-    from orchestrator import inject
-
+    from orchestrator.measuring import inject
     uuid = run.rng.choice(run.uuids())
     before = run.rows_with(status)
     inject.schedule(run.state, uuid, action)
@@ -594,8 +595,7 @@ CLAIMED = ("two_sweeps",)
 # --- the end ------------------------------------------------------------------------------------
 def finish(run: ChaosRun) -> None:
     """Let the last sweep and the side sweeps run to their end (resuming after a stray death)."""
-    from orchestrator import inject
-
+    from orchestrator.measuring import inject
     for _ in range(5):
         d = run.driver
         rc = d.wait(900)

@@ -159,7 +159,7 @@ class Sweep:
 
     def rows(self) -> list[dict[str, Any]]:
         """The rows stored in the sweep's directory so far (none while it has no readable store)."""
-        from orchestrator.store import ResultStore, StoreError
+        from orchestrator.results.store import ResultStore, StoreError
 
         try:
             with ResultStore(self.directory, readonly=True) as store:

@@ -11,9 +11,9 @@ provenance names, at the row's settings. Where the two disagree, the sim is wron
 from __future__ import annotations
 
 from kernels.registry import WORKLOADS
-from orchestrator import measured
 from orchestrator.devices.sim.calibration import compare_real
 from orchestrator.devices.sim.profile import load_profile
+from orchestrator.realgpu import measured
 
 FIGURES = (("ms_per_iter", "ms/iter", 3), ("power_w", "W", 0), ("j_per_iter", "J/iter", 3),
            ("sm_clock_mhz", "SM MHz", 0))

@@ -7,8 +7,9 @@ every module's imports (``ast``, nothing is imported) to check that
   circle (imports under ``if TYPE_CHECKING:`` are annotations, not dependencies, and are left out);
 - no module imports a private name (``_name``) from another module, reaches into another module's
   private attribute, or imports a private module (``_name.py``) from outside its own package;
-- no module of the packages is over 500 lines, and no function over 60 (the declarative tables
-  named in :data:`LONG_TABLES` excepted).
+- no function of the packages is over 60 lines (the declarative tables named in
+  :data:`LONG_TABLES` excepted). Modules are sized by their concept, not by a line count: one over
+  ~800 lines is a question for review, not a failure.
 """
 
 from __future__ import annotations
@@ -23,29 +24,34 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("orchestrator", "kernels", "analysis", "hydra_plugins")
 
 FLOORS: dict[int, tuple[str, ...]] = {
-    1: ("orchestrator", "orchestrator.errors", "orchestrator.provenance", "orchestrator.config",
-        "orchestrator.devices", "kernels", "orchestrator.store", "orchestrator.store_sqlite",
-        "orchestrator.store_values", "orchestrator.measured", "orchestrator.progress",
-        "orchestrator.interrupt",
-        "orchestrator.ray_calls", "orchestrator.bounds", "orchestrator.estimate",
-        "orchestrator.phases", "orchestrator.check_summary"),
-    2: ("orchestrator.guard", "orchestrator.policy", "orchestrator.journal", "orchestrator.meter",
-        "orchestrator.inject", "orchestrator.sweep_lock", "orchestrator.window",
-        "orchestrator.trial_trace", "orchestrator.calibrate", "orchestrator.thermal",
-        "orchestrator.readings"),
-    3: ("orchestrator.jobs", "orchestrator.rows", "analysis", "orchestrator.search",
-        "orchestrator.compose"),
-    4: ("orchestrator.trial", "orchestrator.session"),
-    5: ("orchestrator.worker", "orchestrator.app", "orchestrator.check"),
-    6: ("orchestrator.slot", "orchestrator.pool", "orchestrator.supervisor", "orchestrator.launch",
-        "orchestrator.batch", "orchestrator.admit", "orchestrator.resume",
-        "orchestrator.pool_join", "orchestrator.job_queue"),
+    1: ("orchestrator", "orchestrator.errors", "orchestrator.config", "orchestrator.bounds",
+        "orchestrator.progress", "orchestrator.interrupt", "orchestrator.devices", "kernels",
+        "orchestrator.launching", "orchestrator.measuring", "orchestrator.results",
+        "orchestrator.realgpu",
+        "orchestrator.results.store", "orchestrator.results.provenance",
+        "orchestrator.realgpu.measured", "orchestrator.realgpu.check_summary",
+        "orchestrator.launching.ray_calls", "orchestrator.launching.estimate",
+        "orchestrator.measuring.phases"),
+    2: ("orchestrator.measuring.guard", "orchestrator.measuring.policy",
+        "orchestrator.measuring.journal", "orchestrator.measuring.meter",
+        "orchestrator.measuring.inject", "orchestrator.measuring.window",
+        "orchestrator.measuring.trial_trace", "orchestrator.measuring.thermal",
+        "orchestrator.launching.sweep_lock", "orchestrator.realgpu.calibrate",
+        "orchestrator.realgpu.readings"),
+    3: ("orchestrator.results.jobs", "orchestrator.results.rows", "analysis",
+        "orchestrator.search", "orchestrator.launching.compose"),
+    4: ("orchestrator.measuring.trial", "orchestrator.measuring.session"),
+    5: ("orchestrator.measuring.worker", "orchestrator.app", "orchestrator.realgpu.check"),
+    6: ("orchestrator.launching.slot", "orchestrator.launching.pool",
+        "orchestrator.launching.supervisor", "orchestrator.launching.launch",
+        "orchestrator.launching.batch", "orchestrator.launching.admit",
+        "orchestrator.launching.resume", "orchestrator.launching.pool_join",
+        "orchestrator.launching.job_queue"),
     7: ("orchestrator.cli", "hydra_plugins"),
 }
 """Floor -> rooms, bottom up: the table of ``docs/architecture.md``."""
 FLOOR_OF = {room: floor for floor, rooms in FLOORS.items() for room in rooms}
 
-MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 LONG_TABLES: frozenset[str] = frozenset()
 """``module:function`` of declarative tables allowed past :data:`MAX_FUNCTION_LINES`."""
@@ -60,11 +66,18 @@ def package_files() -> list[Path]:
     return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
 
 
+WINGS = ("launching", "measuring", "results", "realgpu")
+"""The folders of ``orchestrator`` whose modules are rooms each (a wing groups rooms)."""
+
+
 def room_of(module: str) -> str:
-    """The room a module lives in: a package of ``orchestrator`` counts as one room."""
+    """The room a module lives in: a module of a wing, a package of ``orchestrator`` or a top
+    package (``kernels``, ``analysis``) counts as one room."""
     parts = module.split(".")
     if parts[0] != "orchestrator":
         return parts[0]
+    if len(parts) > 2 and parts[1] in WINGS:
+        return ".".join(parts[:3])
     return ".".join(parts[:2])
 
 
@@ -184,17 +197,12 @@ def test_private_reaches_are_seen_when_there(tmp_path):
     # The checker itself: an import of a private name, a private attribute and a private module
     # from another package are each found; the same package's private module is not.
     probe = tmp_path / "probe.py"
-    probe.write_text("from orchestrator.rows import _hidden\nimport orchestrator.rows as r\n"
+    probe.write_text("from orchestrator.results.rows import _hidden\n"
+                     "import orchestrator.results.rows as r\n"
                      "r._secret\nfrom analysis._frame import OK\n"
                      "from orchestrator.devices.sim._x import y\n")
     found = private_reaches(probe, "analysis.probe")
     assert [f.split(":")[0] for f in found] == ["1", "5", "3"]
-
-
-def test_no_module_is_over_the_room_size():
-    long = {str(p.relative_to(ROOT)): n for p in package_files()
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
-    assert long == {}
 
 
 def test_no_function_is_over_a_screen():

@@ -23,8 +23,8 @@ from support import DVFS, REPO
 
 from orchestrator.devices import open_backend
 from orchestrator.errors import UserError
-from orchestrator.policy import load_policy
-from orchestrator.store import ResultStore
+from orchestrator.measuring.policy import load_policy
+from orchestrator.results.store import ResultStore
 
 QUICK = ["workload.size=tiny", "measure=quick", "measure.settle_s=0"]
 

@@ -4,8 +4,8 @@ order), without composing every job before the launcher does.
 Hydra's ``BasicSweeper`` checks a batch by composing each of its jobs in full
 (``validate_batch_is_legal``: about 70 ms a job, 12 minutes for 10,000) and then hands it to the
 launcher, which composes each job again. This sweeper takes the place of Hydra's ``basic`` (the
-default) and checks the batch with :mod:`orchestrator.compose` instead: the first job with each
-distinct value is composed and validated (a bad value anywhere is still a one-line error before
+default) and checks the batch with :mod:`orchestrator.launching.compose` instead: the first job with
+each distinct value is composed and validated (a bad value anywhere is still a one-line error before
 any job runs); the ``ray_gpus`` launcher does that check itself, so for it the sweeper does not.
 
     dvfs sweep -m device.sm_clock_mhz='range(210,1411,15)' device.power_limit_w=400,300,200
@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional, Sequence
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 
-from orchestrator.estimate import MAX_HOURS
+from orchestrator.launching.estimate import MAX_HOURS
 
 
 @dataclass
@@ -55,9 +55,9 @@ class GridSweeper(BasicSweeper):
         """
         import sys
 
-        from orchestrator import estimate
-        from orchestrator.batch import JobStream
-        from orchestrator.compose import composer_for
+        from orchestrator.launching import estimate
+        from orchestrator.launching.batch import JobStream
+        from orchestrator.launching.compose import composer_for
 
         if type(self.launcher).__name__ == "RayGpusLauncher":
             return
@@ -70,5 +70,5 @@ class GridSweeper(BasicSweeper):
     def __init__(self, max_batch_size: Optional[int] = None, params: Any = None,
                  max_hours: float = MAX_HOURS) -> None:
         """The basic sweeper's arguments, ``max_batch_size`` and ``params``; ``max_hours`` is
-        read from the config by whoever runs the batch (``orchestrator.estimate``)."""
+        read from the config by whoever runs the batch (``orchestrator.launching.estimate``)."""
         super().__init__(max_batch_size=max_batch_size, params=params)

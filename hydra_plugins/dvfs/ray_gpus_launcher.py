@@ -1,9 +1,9 @@
 """``hydra/launcher=ray_gpus``: a multirun's jobs over one long-lived Ray actor per GPU.
 
 A thin shell: the configuration schema and the ``Launcher`` Hydra discovers; the work is in
-:mod:`orchestrator.launch` (supervisor) and :mod:`orchestrator.worker` (the per-GPU actor).
-Hydra imports every module under ``hydra_plugins`` when it starts, so this one imports neither Ray
-nor anything heavy.
+:mod:`orchestrator.launching.launch` (supervisor) and :mod:`orchestrator.measuring.worker` (the
+per-GPU actor). Hydra imports every module under ``hydra_plugins`` when it starts, so this one
+imports neither Ray nor anything heavy.
 
     dvfs sweep -m workload=gemm,stencil device.sm_clock_mhz=1065,1410       # local Ray, every GPU
     dvfs sweep -m hydra.launcher.address=auto ...                          # join a Ray cluster
@@ -51,7 +51,7 @@ ConfigStore.instance().store(
 
 
 class RayGpusLauncher(Launcher):
-    """Runs each batch of jobs on the pool of per-GPU workers (``orchestrator.launch``)."""
+    """Runs each batch of jobs on the pool of per-GPU workers (``launching.launch``)."""
 
     def __init__(self, **params: Any) -> None:
         self.params = params
@@ -67,7 +67,7 @@ class RayGpusLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[Any]:
         """Run one batch on the per-GPU workers; a ``JobReturn`` per job, in the batch's order."""
-        from orchestrator.launch import LaunchSettings, launch_batch
+        from orchestrator.launching.launch import LaunchSettings, launch_batch
 
         settings = LaunchSettings.from_mapping(self.params)
         return launch_batch(

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 
-from orchestrator.estimate import MAX_HOURS
+from orchestrator.launching.estimate import MAX_HOURS
 
 
 @dataclass

@@ -169,10 +169,10 @@ def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend | CpuB
         return NvmlBackend(pynvml, "nvml")
     if backend == "sim":
         from orchestrator.devices.sim import nvml as sim_nvml
+        from orchestrator.devices.sim.device import SimBackend
         from orchestrator.devices.sim.profile import ProfileError
-        from orchestrator.devices.sim.slots import StateCorruptError
         from orchestrator.devices.sim.state import MachineSpecError, create_machine
-        from orchestrator.devices.sim_device import SimBackend
+        from orchestrator.devices.sim.state_file import StateCorruptError
 
         state = sim_state_dir(cfg, join_existing=join_existing)
         if not (join_existing and (state / "machine.json").exists()):

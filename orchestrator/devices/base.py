@@ -76,7 +76,7 @@ class PowerSensing:
     A reading updates every ``period_s`` to the mean power over the ``window_s`` before the
     update (Yang et al., SC'24: 100 ms / ~25 ms on GA100 and for Hopper's instant field, 20 ms /
     10 ms on Volta and Pascal). A meter that polls it places each new value ``age_s`` before the
-    moment it saw it change (see ``orchestrator/meter.py``).
+    moment it saw it change (see ``orchestrator/measuring/meter.py``).
     """
 
     reading: PowerReading | None  # the instant reading a meter polls; None: only a ~1 s average

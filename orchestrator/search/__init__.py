@@ -18,9 +18,9 @@ The rooms, each importable on its own:
 - :mod:`~orchestrator.search.table`: the ``thresholds`` table (``thresholds.csv``, the schema
   ``dvfs report`` writes too), the ``search_trials`` meta item, the report's lines.
 
-What a trial's rows say (:class:`orchestrator.rows.Outcome`, :func:`orchestrator.rows.outcome_of`)
-is decided in :mod:`orchestrator.rows`, by the one rule of what fails a setting. Units: MHz for
-clocks and offsets, W for power limits.
+What a trial's rows say (:class:`orchestrator.results.rows.Outcome`,
+:func:`orchestrator.results.rows.outcome_of`) is decided in :mod:`orchestrator.results.rows`, by the
+one rule of what fails a setting. Units: MHz for clocks and offsets, W for power limits.
 """
 
 from orchestrator.search.algorithm import (

@@ -18,10 +18,10 @@ tested without Hydra, Ray or a device. Values are indices into a tuple ordered r
    a little lower, so ``3 / n`` is safe). A value whose fault rate is ``10 / n`` passes ``n``
    iterations with probability ``(1 - 10 / n) ** n < e ** -10``.
 
-Each trial's verdict is an :class:`orchestrator.rows.Outcome`: passed (every repeat ``ok`` and
-valid), failed (a status that fails the setting, :func:`orchestrator.rows.fails_setting`), or no
-evidence (ok but invalid, a ``device_error``, no row), which is retried up to
-``max_inconclusive`` times per value.
+Each trial's verdict is an :class:`orchestrator.results.rows.Outcome`: passed (every repeat ``ok``
+and valid), failed (a status that fails the setting,
+:func:`orchestrator.results.rows.fails_setting`), or no evidence (ok but invalid, a
+``device_error``, no row), which is retried up to ``max_inconclusive`` times per value.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator.rows import Outcome
+from orchestrator.results.rows import Outcome
 
 CONFIDENCE = 0.95
 """The confidence of the fault-rate bound (the rule of three holds at 95 %)."""

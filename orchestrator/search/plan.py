@@ -7,7 +7,7 @@ GPUs, the values each supports of the searched setting, its store and its seed. 
 round's proposals, for every group and GPU at once, go to the launcher as one batch. Each job is
 pinned to its GPU (``device.gpus=[GPU-...]``), so the ``ray_gpus`` launcher runs the searches
 of different GPUs side by side. Each job's verdict comes back in Hydra's
-``JobReturn.return_value``, an :class:`orchestrator.rows.JobResult` (its outcome and trial
+``JobReturn.return_value``, an :class:`orchestrator.results.rows.JobResult` (its outcome and trial
 keys): nothing here composes a job or reads a store's rows. At the end the ``thresholds`` table
 goes to ``thresholds.csv`` in the sweep directory (:mod:`orchestrator.search.table`).
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserError
-from orchestrator.rows import JobResult, Outcome
+from orchestrator.results.rows import JobResult, Outcome
 from orchestrator.search.algorithm import Probe, ThresholdSearch
 from orchestrator.search.space import (
     OrderedSetting,
@@ -244,8 +244,8 @@ class StabilitySweep:
         Raises:
             UserError: a bad job config, ``device.observe_only``, an unsupported value.
         """
-        from orchestrator.compose import composer_for
-        from orchestrator.jobs import machine_key
+        from orchestrator.launching.compose import composer_for
+        from orchestrator.results.jobs import machine_key
 
         # The launcher composes the group's jobs with the same composer: Hydra composes once.
         job = composer_for(self.config, self.hydra_context).spec([*common, *group])
@@ -271,7 +271,7 @@ class StabilitySweep:
 
     def _values(self, job: Any, gpu: GpuInfo, explicit: Any) -> tuple[float, ...]:
         """The values ``gpu`` supports and its policy allows, riskiest first."""
-        from orchestrator.policy import load_policy
+        from orchestrator.measuring.policy import load_policy
 
         policy = load_policy(job.config.device.policy_file, gpu.name)
         return search_values(
@@ -310,8 +310,8 @@ def job_result(job_return: Any) -> JobResult:
     value = job_return.return_value
     if not isinstance(value, JobResult):
         raise RuntimeError(
-            f"a job returned {value!r}, not an orchestrator.rows.JobResult: the stability sweeper "
-            "runs the dvfs task on the ray_gpus or basic launcher"
+            f"a job returned {value!r}, not an orchestrator.results.rows.JobResult: the stability "
+            "sweeper runs the dvfs task on the ray_gpus or basic launcher"
         )
     return value
 

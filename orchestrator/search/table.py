@@ -71,7 +71,7 @@ def write_thresholds(
     Returns:
         The CSV file written.
     """
-    from orchestrator.store import ResultStore
+    from orchestrator.results.store import ResultStore
 
     path = Path(store_dir) / THRESHOLDS_CSV
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +101,7 @@ def record_trials(store_dir: str | Path, trials: Mapping[str, Mapping[str, Any]]
     The rows themselves are the trial's own; this item is how ``analysis.thresholds`` learns
     which phase of the search asked for each (``roles=``).
     """
-    from orchestrator.store import ResultStore
+    from orchestrator.results.store import ResultStore
 
     with ResultStore(store_dir) as store:
         item = store.get_meta(SEARCH_TRIALS_META) or {"trials": {}}

@@ -32,7 +32,7 @@ def dvfs_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 12
 
 
 def _stored(sweep: Path) -> int:
-    from orchestrator.store import ResultStore
+    from orchestrator.results.store import ResultStore
 
     if not (sweep / "trials.sqlite").exists():
         return 0

@@ -8,7 +8,7 @@ import pytest
 from analysis.boards import compare_boards, sweep_objective
 from analysis.recommend import aggregate_repeats
 from analysis.report import write_report
-from orchestrator.store import ResultStore
+from orchestrator.results.store import ResultStore
 
 FAST = "H100-SXM5-80GB"  # the second board: half the time, 70 % of the energy at every clock
 

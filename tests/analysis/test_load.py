@@ -7,7 +7,7 @@ import pytest
 
 from analysis import ROW_COLUMNS, EmptyStoreError, export, load
 from orchestrator.errors import UserError
-from orchestrator.store import ResultStore, StoreNotFoundError
+from orchestrator.results.store import ResultStore, StoreNotFoundError
 
 
 def write(sweep_dir, rows):

@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from analysis.report import main, write_report
-from orchestrator.store import SCHEMA_VERSION, STORE_FILENAME, ResultStore
+from orchestrator.results.store import SCHEMA_VERSION, STORE_FILENAME, ResultStore
 
 SIZE = (1200, 750)
 

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 from report_support import dvfs_cli
 
-from orchestrator.store import SCHEMA_VERSION, STORE_FILENAME, ResultStore
+from orchestrator.results.store import SCHEMA_VERSION, STORE_FILENAME, ResultStore
 
 
 def refused(run, *needles: str) -> None:

@@ -60,7 +60,7 @@ def test_importing_the_plugin_imports_no_ray():
 
 @pytest.mark.slow
 def test_dvfs_sweep_m_starts_a_local_ray_and_stores_a_row_for_every_job(sim_dir, tmp_path):
-    from orchestrator.store import ResultStore
+    from orchestrator.results.store import ResultStore
 
     d = tmp_path / "sweep"
     proc = run(
@@ -196,7 +196,7 @@ def test_the_local_ray_a_sweep_starts_listens_on_loopback_only_with_no_dashboard
     import grpc
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
-    from orchestrator.store import ResultStore
+    from orchestrator.results.store import ResultStore
 
     d = tmp_path / "sweep"
     env = dict(os.environ, DVFS_SIM_STATE_DIR=str(sim_dir))

@@ -16,7 +16,7 @@ import yaml
 from support import DVFS
 
 from analysis.thresholds import COLUMNS
-from orchestrator.store import ResultStore
+from orchestrator.results.store import ResultStore
 
 QUICK = ["hydra/launcher=basic", "workload.size=tiny", "measure=quick", "measure.settle_s=0"]
 GRID = 81  # the A100's supported SM clocks: 210-1410 MHz in 15 MHz steps

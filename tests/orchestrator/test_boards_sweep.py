@@ -13,7 +13,7 @@ import pytest
 from support import DVFS
 
 from orchestrator.devices.sim.state import MACHINES_DIR, Machine
-from orchestrator.store import ResultStore
+from orchestrator.results.store import ResultStore
 
 BOARDS = ("a100_sxm4_40gb", "h100_sxm5_80gb", "h200_141gb")
 NAMES = {"NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3", "NVIDIA H200"}

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from kernels.registry import WORKLOADS
-from orchestrator import measured
 from orchestrator.cli import main as dvfs
 from orchestrator.devices.sim import calibration, fit
 from orchestrator.devices.sim.profile import load_profile, parse_profile, profile_dir
-from orchestrator.store import ResultStore
+from orchestrator.realgpu import measured
+from orchestrator.results.store import ResultStore
 
 TOLERANCES = {"time_s": 0.15, "power_w": 0.10, "energy_j": 0.15}  # the issue's, real vs sim
 

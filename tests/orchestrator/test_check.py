@@ -12,8 +12,8 @@ import textwrap
 import pytest
 from support import DVFS, REPO
 
-from orchestrator import measured
-from orchestrator.check import FILES, LEASE_REQUIREMENTS, lease_wheels, trial_plan
+from orchestrator.realgpu import measured
+from orchestrator.realgpu.check import FILES, LEASE_REQUIREMENTS, lease_wheels, trial_plan
 
 # Startup code for the child: TensorFlow and Ray cannot be imported (the lease's image has
 # neither); at exit it says where Hydra, OmegaConf and ANTLR's runtime came from.

@@ -10,11 +10,11 @@ import pytest
 from kernels import KernelCache
 from orchestrator.config import compose
 from orchestrator.devices import CPU_ONLY_ENV, journal_dir, open_backend
-from orchestrator.guard import SettingsGuard
-from orchestrator.jobs import JobSpec
-from orchestrator.journal import Journal
-from orchestrator.trial import TrialContext, run_trial
-from orchestrator.window import held_samples
+from orchestrator.measuring.guard import SettingsGuard
+from orchestrator.measuring.journal import Journal
+from orchestrator.measuring.trial import TrialContext, run_trial
+from orchestrator.measuring.window import held_samples
+from orchestrator.results.jobs import JobSpec
 
 FINGERPRINT_BYTES = 8  # two uint32 words per checked call
 ERROR_SUMS_BYTES = 8  # two float32 numbers per compared output
@@ -71,7 +71,7 @@ def test_bitwise_equal_samples_are_compared_once_and_a_corrupted_one_beside_them
 
     from kernels import build_kernel
     from orchestrator.devices.base import Fault
-    from orchestrator.window import _Recorder
+    from orchestrator.measuring.window import _Recorder
 
     kernel = build_kernel("gemm", "jax", preset="tiny")
     recorder = _Recorder(kernel, "after", {1, 2, 4}, np.random.default_rng(0))

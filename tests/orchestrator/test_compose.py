@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.compose import SweepComposer, changed_paths, replace_path
 from orchestrator.config import CONF_DIR, DvfsConfig, register_configs
 from orchestrator.errors import UserError
-from orchestrator.jobs import JobSpec, trial_key
+from orchestrator.launching.compose import SweepComposer, changed_paths, replace_path
+from orchestrator.results.jobs import JobSpec, trial_key
 
 
 @pytest.fixture(scope="module")

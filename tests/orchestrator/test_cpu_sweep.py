@@ -15,7 +15,7 @@ from support import DVFS
 
 from orchestrator import config as C
 from orchestrator.errors import UserError
-from orchestrator.store import ResultStore
+from orchestrator.results.store import ResultStore
 
 QUICK = ["workload=stencil", "workload.size=tiny", "measure=quick", "measure.settle_s=0"]
 

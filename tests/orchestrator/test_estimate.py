@@ -9,9 +9,9 @@ import subprocess
 import pytest
 from support import DVFS, REPO
 
-from orchestrator import estimate
 from orchestrator.config import MeasureConfig
 from orchestrator.errors import UserError
+from orchestrator.launching import estimate
 
 QUICK = ["workload.size=tiny", "measure=quick", "quiet=true"]
 

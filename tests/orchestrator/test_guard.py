@@ -22,8 +22,8 @@ from orchestrator.errors import (
     UnrestoredDeviceError,
     UserError,
 )
-from orchestrator.guard import Policy, SettingsGuard, SettingsRequest
-from orchestrator.journal import Journal, restore_journal
+from orchestrator.measuring.guard import Policy, SettingsGuard, SettingsRequest
+from orchestrator.measuring.journal import Journal, restore_journal
 
 # memory-bound: never capped at 400 W
 GEMM = KernelWork(flops=3 * 2**28, bytes_moved=8 * 2**28, peak="fp32", kernel_class="stencil")
@@ -200,8 +200,8 @@ HOLDER = textwrap.dedent(
     """
     import sys, time
     from orchestrator.devices import open_backend
-    from orchestrator.guard import SettingsGuard, SettingsRequest
-    from orchestrator.journal import Journal
+    from orchestrator.measuring.guard import SettingsGuard, SettingsRequest
+    from orchestrator.measuring.journal import Journal
     state, journal = sys.argv[1], sys.argv[2]
     b = open_backend("""
     """{"backend": "sim", "state_dir": state, "profile": "a100_sxm4_40gb", "count": 2})
@@ -295,7 +295,7 @@ def test_a_corrupt_journal_entry_is_reported_and_left_in_place(state, tmp_path):
 def test_a_session_puts_back_every_gpu_even_after_one_that_will_not_go_back(state, tmp_path):
     """One GPU's restore fails: the next GPU's guard still restores and releases its lease (was:
     the first failure ended the loop, the other GPU kept its settings and its lease)."""
-    from orchestrator.session import GpuSession
+    from orchestrator.measuring.session import GpuSession
 
     cfg = {"backend": "sim", "state_dir": str(state), "profile": "a100_sxm4_40gb", "count": 2,
            "journal_dir": str(tmp_path / "j"), "policy_file": None, "observe_only": False,

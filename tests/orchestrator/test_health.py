@@ -9,10 +9,10 @@ from orchestrator.config import compose
 from orchestrator.devices import journal_dir, open_backend
 from orchestrator.devices.base import Health
 from orchestrator.devices.sim import nvml as sim
-from orchestrator.guard import SettingsGuard
-from orchestrator.jobs import JobSpec
-from orchestrator.journal import Journal
-from orchestrator.trial import TrialContext, run_trial
+from orchestrator.measuring.guard import SettingsGuard
+from orchestrator.measuring.journal import Journal
+from orchestrator.measuring.trial import TrialContext, run_trial
+from orchestrator.results.jobs import JobSpec
 
 
 @pytest.fixture
@@ -233,7 +233,7 @@ def test_a_sweep_on_a_gpu_over_its_slowdown_temperature_records_why_and_a_rerun_
 
     from support import DVFS
 
-    from orchestrator.store import ResultStore
+    from orchestrator.results.store import ResultStore
 
     state = tmp_path / "sim"
     with open_backend({"backend": "sim", "state_dir": str(state)}):  # the sweep's own machine spec

@@ -90,7 +90,7 @@ def test_a_ctrl_c_dropped_mid_trial_stops_an_in_process_sweep_and_stores_no_cut_
     restore, and leave the GPU as it found it."""
     from orchestrator.app import run_sweep
     from orchestrator.devices.sim.state import Machine
-    from orchestrator.store import ResultStore
+    from orchestrator.results.store import ResultStore
 
     sweep_dir = tmp_path / "sweep"
     args = ["-m", "hydra/launcher=basic", "workload.size=tiny", "measure=quick", "quiet=true",

@@ -1,4 +1,4 @@
-"""Which job a GPU runs next (``orchestrator.job_queue``), on real slots without Ray."""
+"""Which job a GPU runs next (``orchestrator.launching.job_queue``), on real slots without Ray."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from support import sim_slot
 
-from orchestrator.job_queue import JobQueue
-from orchestrator.slot import Slot, selection_key
+from orchestrator.launching.job_queue import JobQueue
+from orchestrator.launching.slot import Slot, selection_key
 
 ALL = selection_key(None)  # device.gpus unset: every GPU
 

@@ -28,7 +28,7 @@ def sim4(tmp_path_factory):
     import ray
 
     from orchestrator.devices import open_backend
-    from orchestrator.pool import close_pool
+    from orchestrator.launching.pool import close_pool
 
     state = tmp_path_factory.mktemp("launch") / "sim"
     saved = os.environ.get("DVFS_SIM_STATE_DIR")
@@ -53,7 +53,7 @@ def sweep(*overrides: str) -> int:
 
 
 def stored(sweep_dir: Path) -> list[dict]:
-    from orchestrator.store import ResultStore
+    from orchestrator.results.store import ResultStore
 
     if not (sweep_dir / "trials.sqlite").exists():
         return []
@@ -240,7 +240,7 @@ def test_an_interrupted_sweep_stops_each_running_trial_and_never_starts_the_queu
     it would outlast it too."""
     import _thread
 
-    from orchestrator.trial_trace import mark_closing
+    from orchestrator.measuring.trial_trace import mark_closing
 
     journal = sim4 / "journal"
     common = ("hydra.launcher.placement=every", "workload=selu,gemm", "seed=18")
@@ -325,7 +325,7 @@ def test_a_fresh_pool_gives_every_gpu_work_and_its_rerun_measures_no_stored_tria
     recorded GPUs are asked too."""
     from collections import Counter
 
-    from orchestrator.pool import close_pool
+    from orchestrator.launching.pool import close_pool
 
     d = tmp_path / "joining"
     common = ("workload=selu", "device.sm_clock_mhz=1110,1260", "measure.window_s=0.2",
@@ -447,7 +447,7 @@ def test_a_kernel_that_raised_is_a_failed_trial_and_the_worker_goes_on(sim4, tmp
 def test_a_second_sweep_waits_for_a_gpu_another_process_holds(sim4, tmp_path):
     from filelock import FileLock
 
-    from orchestrator.pool import close_pool
+    from orchestrator.launching.pool import close_pool
 
     close_pool()  # this module's workers hold every lease between tests
     gpu3 = uuids_in_pci_order(sim4)[3]
@@ -555,9 +555,9 @@ def test_a_gpu_that_falls_off_the_bus_takes_no_further_trials_and_the_report_nam
     from analysis.report import main as report_main
     from orchestrator.devices import journal_dir, open_backend
     from orchestrator.devices.sim import nvml as sim
-    from orchestrator.journal import Journal, restore_journal
-    from orchestrator.pool import close_pool
-    from orchestrator.store import ResultStore
+    from orchestrator.launching.pool import close_pool
+    from orchestrator.measuring.journal import Journal, restore_journal
+    from orchestrator.results.store import ResultStore
 
     d = tmp_path / "lost"
     gpu1 = uuids_in_pci_order(sim4)[1]
@@ -627,8 +627,8 @@ def _kill_when_paused(trace: Path, killed: list[dict], timeout_s: float = 120) -
 def test_a_worker_killed_from_outside_before_its_kernel_calls_is_not_measured_and_rerun(
     sim4, tmp_path
 ):
-    from orchestrator.pool import close_pool
-    from orchestrator.trial_trace import trace_path
+    from orchestrator.launching.pool import close_pool
+    from orchestrator.measuring.trial_trace import trace_path
 
     d = tmp_path / "outside"
     gpu3 = uuids_in_pci_order(sim4)[3]
@@ -664,8 +664,8 @@ def test_a_worker_killed_from_outside_before_its_kernel_calls_is_not_measured_an
 def test_a_gpu_lost_and_brought_back_gets_its_skipped_jobs_run_by_the_rerun(sim4, tmp_path):
     from orchestrator.devices import journal_dir, open_backend
     from orchestrator.devices.sim import nvml as sim
-    from orchestrator.journal import Journal, restore_journal
-    from orchestrator.pool import close_pool
+    from orchestrator.launching.pool import close_pool
+    from orchestrator.measuring.journal import Journal, restore_journal
 
     d = tmp_path / "lost-back"
     gpu2 = uuids_in_pci_order(sim4)[2]
@@ -702,7 +702,7 @@ def test_a_sim_fault_below_the_threshold_is_the_settings_failure_and_is_not_retr
     sim4, tmp_path
 ):
     from orchestrator.devices.sim import nvml as sim
-    from orchestrator.pool import close_pool
+    from orchestrator.launching.pool import close_pool
 
     sim.nvmlInit()
     try:  # GPU 2's seeded GEMM threshold: 600 MHz lies far below it

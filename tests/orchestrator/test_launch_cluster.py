@@ -71,7 +71,7 @@ def cluster(tmp_path_factory):
     """Two Ray nodes on 127.0.0.1, two simulated GPUs each; yields (address, {node: uuids})."""
     import ray
 
-    from orchestrator.ray_calls import join_ray
+    from orchestrator.launching.ray_calls import join_ray
 
     root = tmp_path_factory.mktemp("cluster")
     head_sim, node_sim = root / "head-sim", root / "node-sim"
@@ -104,7 +104,7 @@ def cluster(tmp_path_factory):
             time.sleep(1)
         yield address, uuids
     finally:
-        from orchestrator.pool import close_pool
+        from orchestrator.launching.pool import close_pool
 
         close_pool()
         if ray.is_initialized():
@@ -117,7 +117,7 @@ def test_a_sweep_joining_a_two_node_cluster_runs_on_both_nodes_and_stores_every_
     cluster, tmp_path, capsys
 ):
     from orchestrator.app import run_sweep
-    from orchestrator.store import ResultStore
+    from orchestrator.results.store import ResultStore
 
     address, uuids = cluster
     d = tmp_path / "sweep"

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import inject
-from orchestrator.batch import distinct_overrides
 from orchestrator.errors import DeviceNotFoundError, UserError
-from orchestrator.launch import LaunchSettings
+from orchestrator.launching.batch import distinct_overrides
+from orchestrator.launching.launch import LaunchSettings
+from orchestrator.measuring import inject
+from orchestrator.measuring.worker import gpu_uuid_for, pci_order_key
 from orchestrator.progress import Progress, format_duration
-from orchestrator.worker import gpu_uuid_for, pci_order_key
 
 
 @dataclass
@@ -147,7 +147,7 @@ def test_worker_module_imports_neither_ray_nor_a_framework():
     import sys
 
     code = (
-        "import sys, orchestrator.launch; "
+        "import sys, orchestrator.launching.launch; "
         "print(sorted(m for m in ('ray', 'jax', 'tensorflow') if m in sys.modules))"
     )
     out = subprocess.run(
@@ -163,7 +163,7 @@ def test_worker_module_imports_neither_ray_nor_a_framework():
 def _busy_slot():
     from support import sim_slot
 
-    from orchestrator.slot import Call
+    from orchestrator.launching.slot import Call
 
     slot = sim_slot(0, actor="worker")
     slot.begin(Call.ACQUIRE, "acquire-ref")
@@ -176,7 +176,7 @@ def _busy_slot():
 
 
 def test_a_busy_slot_queues_one_trial_that_is_in_flight_once_the_one_before_is_answered():
-    from orchestrator.slot import SlotState, SlotStateError
+    from orchestrator.launching.slot import SlotState, SlotStateError
 
     slot = _busy_slot()
     assert slot.may_queue
@@ -200,7 +200,7 @@ def test_a_busy_slot_queues_one_trial_that_is_in_flight_once_the_one_before_is_a
 
 
 def test_a_queued_trial_is_taken_back_before_its_worker_is_replaced_or_its_gpu_retired():
-    from orchestrator.slot import Call, SlotStateError
+    from orchestrator.launching.slot import Call, SlotStateError
 
     slot = _busy_slot()
     slot.queue("ref-2", "job-2")

@@ -11,11 +11,11 @@ import pytest
 from support import REPO
 
 from kernels.registry import WORKLOADS
-from orchestrator import measured
 from orchestrator.devices.sim.calibration import compare_real
 from orchestrator.devices.sim.profile import available_profiles, load_profile
 from orchestrator.errors import UserError
-from orchestrator.store import ResultStore
+from orchestrator.realgpu import measured
+from orchestrator.results.store import ResultStore
 
 
 def test_every_measured_run_names_a_shipped_profile_and_its_rows_go_into_a_store(tmp_path):

@@ -18,10 +18,10 @@ import pytest
 from orchestrator.devices import open_backend
 from orchestrator.devices.base import KernelWork
 from orchestrator.devices.sim import nvml as sim
+from orchestrator.devices.sim.device import SimBackend
 from orchestrator.devices.sim.profile import load_profile
-from orchestrator.devices.sim_device import SimBackend
 from orchestrator.errors import DeviceError
-from orchestrator.meter import COUNTER_MODULUS_MJ, EnergyMeter
+from orchestrator.measuring.meter import COUNTER_MODULUS_MJ, EnergyMeter
 
 PROFILE = load_profile("a100_sxm4_40gb")
 GEMM = KernelWork(flops=PROFILE.peak_fp32_tflops * 1e12 * 0.002, bytes_moved=1e6, peak="fp32",
@@ -371,8 +371,8 @@ def test_on_hardware_the_window_reads_no_sensor_between_its_calls(machine):
 
     from kernels import KernelCache
     from orchestrator.config import compose
-    from orchestrator.jobs import JobSpec
-    from orchestrator.window import measure_window
+    from orchestrator.measuring.window import measure_window
+    from orchestrator.results.jobs import JobSpec
 
     driver = PacedDriver()
     device = machine(nvml=driver, backend="nvml")

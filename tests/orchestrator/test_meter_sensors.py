@@ -16,10 +16,10 @@ import pytest
 from orchestrator.devices import open_backend
 from orchestrator.devices.base import KernelWork, PowerSensing
 from orchestrator.devices.sim import nvml as sim
+from orchestrator.devices.sim.device import SimBackend
 from orchestrator.devices.sim.profile import load_profile
-from orchestrator.devices.sim_device import SimBackend
 from orchestrator.errors import UserError
-from orchestrator.meter import EnergyMeter, Sample, integrate_readings_j
+from orchestrator.measuring.meter import EnergyMeter, Sample, integrate_readings_j
 
 PROFILES = ["a100_sxm4_40gb", "h100_sxm5_80gb", "h200_141gb", "v100_sxm2_16gb"]
 PHASES_S = [k * 0.0137 for k in range(8)]  # where the window starts against the update grid

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from orchestrator.config import compose
 from orchestrator.devices.base import DeviceIdentity
 from orchestrator.errors import UserError
-from orchestrator.jobs import (
+from orchestrator.results.jobs import (
     PER_JOB_KEYS,
     JobSpec,
     machine_key,
@@ -21,7 +21,7 @@ from orchestrator.jobs import (
     sweep_id_for,
     trial_key,
 )
-from orchestrator.rows import (
+from orchestrator.results.rows import (
     JobResult,
     Outcome,
     Status,
@@ -31,7 +31,7 @@ from orchestrator.rows import (
     failure_rows,
     outcome_of,
 )
-from orchestrator.store import ResultStore
+from orchestrator.results.store import ResultStore
 
 IDENTITY = DeviceIdentity(
     index=0, uuid="GPU-00000000-test", name="NVIDIA A100-SXM4-40GB", pci_bus_id="00000000:07:00.0",
@@ -192,7 +192,7 @@ def test_the_sweep_id_is_the_last_two_parts_of_the_store_dir(tmp_path):
 
 
 def test_the_versions_read_once_per_process_are_a_fresh_copy_for_each_row():
-    from orchestrator.provenance import library_versions
+    from orchestrator.results.provenance import library_versions
 
     first = library_versions()
     assert first["numpy"] == md.version("numpy") and first["ray"] == md.version("ray")

@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:  # the repository is not installed in the venv
     sys.path.insert(0, str(ROOT))
 
 from orchestrator.errors import UserError  # noqa: E402
-from orchestrator.store import (  # noqa: E402
+from orchestrator.results.store import (  # noqa: E402
     KEYS_PER_QUERY,
     SCHEMA_VERSION,
     STORE_FILENAME,
@@ -42,7 +42,7 @@ def _env() -> dict:
 
 WRITER = textwrap.dedent("""
     import sys
-    from orchestrator.store import ResultStore
+    from orchestrator.results.store import ResultStore
     sweep_dir, prefix, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     store = ResultStore(sweep_dir)
     for i in range(n):
@@ -303,7 +303,7 @@ def test_a_full_store_is_a_storage_error_that_keeps_every_row_and_says_how_to_re
 # --- one sweep per directory ---------------------------------------------------------------------
 HOLDER = textwrap.dedent("""
     import sys, time
-    from orchestrator.sweep_lock import claim_sweep_dir
+    from orchestrator.launching.sweep_lock import claim_sweep_dir
     claim_sweep_dir(sys.argv[1])
     print("held", flush=True)
     time.sleep(600)
@@ -311,7 +311,11 @@ HOLDER = textwrap.dedent("""
 
 
 def test_a_sweep_directory_is_claimed_by_one_process_until_it_dies(tmp_path):
-    from orchestrator.sweep_lock import SweepDirBusyError, claim_sweep_dir, release_sweep_dirs
+    from orchestrator.launching.sweep_lock import (
+        SweepDirBusyError,
+        claim_sweep_dir,
+        release_sweep_dirs,
+    )
 
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)],
                               stdout=subprocess.PIPE, text=True, env=_env())

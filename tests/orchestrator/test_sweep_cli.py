@@ -10,7 +10,7 @@ import time
 import pytest
 from support import DVFS
 
-from orchestrator.store import ResultStore
+from orchestrator.results.store import ResultStore
 
 QUICK = ["workload.size=tiny", "measure=quick", "measure.settle_s=0"]
 

@@ -8,10 +8,10 @@ import pytest
 from support import signal_in_a_gc_callback
 
 from orchestrator.config import compose
-from orchestrator.jobs import JobSpec
-from orchestrator.phases import PHASES
-from orchestrator.rows import objective
-from orchestrator.trial import run_trial
+from orchestrator.measuring.phases import PHASES
+from orchestrator.measuring.trial import run_trial
+from orchestrator.results.jobs import JobSpec
+from orchestrator.results.rows import objective
 
 
 def test_counter_energy_equals_model_power_times_time(run):
@@ -125,7 +125,6 @@ def test_a_signal_whose_interrupt_python_dropped_still_stops_the_trial(run, name
     import signal
 
     from orchestrator import interrupt
-
     signum = getattr(signal, name)
     with interrupt.handling():
         with pytest.raises(KeyboardInterrupt, match=name):
@@ -143,7 +142,6 @@ def test_a_ctrl_c_dropped_mid_window_after_the_guard_put_the_gpu_back_stores_no_
     import signal
 
     from orchestrator import interrupt
-
     calls = []
 
     def ctrl_c_on_the_first_call():

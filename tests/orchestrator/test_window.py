@@ -14,7 +14,7 @@ from orchestrator.devices.base import KernelWork
 from orchestrator.devices.sim import model
 from orchestrator.devices.sim.profile import load_profile
 from orchestrator.errors import UserError
-from orchestrator.window import CHUNKS_PER_WINDOW, _chunk
+from orchestrator.measuring.window import CHUNKS_PER_WINDOW, _chunk
 
 A100 = "a100_sxm4_40gb"
 TRACED = ("dispatch", "dispatch_checked", "sync", "fetch", "call_device", "to_numpy", "call")

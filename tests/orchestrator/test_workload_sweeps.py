@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from support import DVFS
 
-from orchestrator.store import ResultStore
+from orchestrator.results.store import ResultStore
 
 pytestmark = pytest.mark.slow
 

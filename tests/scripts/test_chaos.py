@@ -71,7 +71,7 @@ def test_what_the_run_left_behind_holds_every_trial_once_and_no_gpu_changed(chao
     from analysis import load
     from orchestrator.devices.sim.profile import load_profile
     from orchestrator.devices.sim.state import Machine
-    from orchestrator.store import ResultStore
+    from orchestrator.results.store import ResultStore
     from scripts.chaos import MAIN_CLOCKS, MAIN_WORKLOADS, SIDE_CLOCKS, SIDE_WORKLOADS
 
     root = Path(chaos["root"])

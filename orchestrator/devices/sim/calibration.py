@@ -290,8 +290,8 @@ def evaluate(anchors: Sequence[Anchor] = ANCHORS) -> list[AnchorResult]:
 
 @dataclass(frozen=True)
 class RealComparison:
-    """One measured row (``orchestrator.measured``) beside the sim's steady state for the same
-    work, board and settings: each figure as (sim, real)."""
+    """One measured row (``orchestrator.realgpu.measured``) beside the sim's steady state for the
+    same work, board and settings: each figure as (sim, real)."""
 
     workload: str
     ms_per_iter: tuple[float, float]

@@ -6,7 +6,7 @@ the sim what its workload would hold on a real one (``simDeviceSetAllocatedBytes
 worker asks for is modelled here from the workload's in-use footprint at ``workload.sim_size``
 (``kernels.Workload.footprint``: parameters, optimizer state, gradients and the activations a
 training step keeps; for a kernel without one, its inputs and output) and the process's policy,
-which ``orchestrator.worker.WORKER_ENV`` sets for both frameworks:
+which ``orchestrator.measuring.worker.WORKER_ENV`` sets for both frameworks:
 
 - a CUDA context per process, :data:`CONTEXT_BYTES` (about 0.5 GiB on recent drivers, and
   lazily loaded modules keep it near that);

@@ -12,7 +12,7 @@ first time a ``Machine`` opens it.
 A GPU's state is a JSON-able dict, read with ``Machine.read(i)`` and changed with
 ``Machine.update(i, change)``: a locked read-modify-write, so concurrent processes (Ray workers,
 a guard, ``dvfs restore`` after a kill) always see one consistent GPU. How a state file makes
-that cheap and safe against a kill at any instant is :mod:`orchestrator.devices.sim.slots`'s.
+that cheap and safe against a kill at any instant is :mod:`orchestrator.devices.sim.state_file`'s.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from orchestrator.devices.sim.model import SCENARIOS, idle_temperature_c
 from orchestrator.devices.sim.profile import GpuProfile, ProfileError, load_profile
 
 # StateCorruptError, StateTooLargeError and SLOT_BYTES are re-exported: a state's errors and size.
-from orchestrator.devices.sim.slots import (  # noqa: F401
+from orchestrator.devices.sim.state_file import (  # noqa: F401
     SLOT_BYTES,
     GpuStateFile,
     StateCorruptError,

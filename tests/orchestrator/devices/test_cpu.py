@@ -14,8 +14,8 @@ from orchestrator.devices import journal_dir, open_backend, select_devices
 from orchestrator.devices.base import ClockEventReason
 from orchestrator.devices.cpu import CpuBackend, CpuDevice, HostPaths, _why, cpu_model_name
 from orchestrator.errors import DeviceNotFoundError, DeviceNotSupportedError, UserError
-from orchestrator.guard import SettingsGuard, SettingsRequest
-from orchestrator.journal import Journal
+from orchestrator.measuring.guard import SettingsGuard, SettingsRequest
+from orchestrator.measuring.journal import Journal
 
 RANGE_UJ = 262_143_328_850  # what a Xeon's package zone shows: 2**32 units of 61.04 uJ
 

@@ -91,8 +91,8 @@ def test_joining_takes_the_machine_of_the_spec_else_the_one_in_the_directory(roo
 HOLDER = """
 import sys, time
 from orchestrator.devices import journal_dir, open_backend
-from orchestrator.guard import SettingsGuard, SettingsRequest
-from orchestrator.journal import Journal
+from orchestrator.measuring.guard import SettingsGuard, SettingsRequest
+from orchestrator.measuring.journal import Journal
 cfg = {"backend": "sim", "profile": sys.argv[1]}
 b = open_backend(cfg)
 g = SettingsGuard(b.device(0), Journal(journal_dir(cfg))).__enter__()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from orchestrator.devices.sim import slots
+from orchestrator.devices.sim import state_file
 from orchestrator.devices.sim.state import (
     SLOT_BYTES,
     Machine,
@@ -114,7 +114,7 @@ def _as_an_older_version_left_it(tmp_path, calls: int):
     state["calls"] = calls
     (root / state_file_name(0)).unlink()
     (root / "gpu-0.json").write_text(json.dumps(state))
-    slots.forget_state_file((root / state_file_name(0)).resolve())
+    state_file.forget_state_file((root / state_file_name(0)).resolve())
     return root
 
 
@@ -136,7 +136,7 @@ def tear_the_slot_being_written(m: Machine, index: int, state: dict, cut: int) -
     """Leave GPU ``index``'s state as a process killed ``cut`` bytes into a write would."""
     store = store_of(m, index)
     k, gen, _ = store.current()
-    header, payload = slots.slot_bytes(slots.encode_state(state), gen + 1)
+    header, payload = state_file.slot_bytes(state_file.encode_state(state), gen + 1)
     off = (1 - k) * SLOT_BYTES
     whole = payload + header  # the order the store writes them: payload, then the header
     start = off + len(header)
@@ -152,7 +152,7 @@ def test_a_write_torn_anywhere_leaves_the_previous_state(machine, where):
     machine.update(0, bump(64))
     good = machine.read(0)
     torn = dict(good, n=99, square=1, values=[])
-    size = len(slots.encode_state(torn))
+    size = len(state_file.encode_state(torn))
     for cut in [1, size // 2, size - 1] if where == "payload" else [size + 1, size + 12, size + 27]:
         tear_the_slot_being_written(machine, 0, torn, cut)
         assert Machine(machine.state_dir).read(0) == good, cut

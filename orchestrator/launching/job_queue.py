@@ -1,0 +1,142 @@
+"""Which job a GPU runs next: the batch's jobs waiting for a GPU, and the rules that deal them.
+
+The supervisor (``orchestrator.launching.supervisor``) moves jobs from the batch's stream into a
+``JobQueue`` as the GPUs need them, and asks it, one GPU at a time, for that GPU's next job:
+
+- placement ``any`` or a list of GPUs: one queue for all GPUs, each taking the first job its
+  ``device.gpus`` selects; ``every``: a queue per GPU (each job once on each GPU);
+- while workers are still joining or warming up, a GPU takes at most its share of the batch
+  (``share``, the supervisor's figure): a short sweep leaves work for the GPUs that come up late;
+- a busy GPU may take one job to run after its trial (``queue_ahead``): from its own queue, or
+  from the shared one only while at least as many jobs wait as there are live GPUs that may run
+  it, so the last jobs go to whichever GPU is free first, never behind a busy one (a job pinned
+  to this GPU alone may always wait behind its trial);
+- a job given back (sent, but its worker died or its GPU was retired before running it) goes to
+  the front of its queue.
+
+It imports neither Ray nor a framework, and sends nothing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, TypeVar
+
+R = TypeVar("R")  # a stored trial's result (``rows.JobResult``)
+
+if TYPE_CHECKING:
+    from orchestrator.launching.batch import Job
+    from orchestrator.launching.slot import Slot
+
+
+class JobQueue:
+    """The jobs of one batch waiting for a GPU.
+
+    Args:
+        every: placement ``every`` (a queue per GPU) rather than one shared queue.
+        uuids: the GPUs of the pool so far (``add_gpu`` adds those that join later).
+    """
+
+    def __init__(self, every: bool, uuids: Iterable[str]) -> None:
+        self.every = every
+        self.shared: deque[Job] = deque()  # placement any or a list of GPUs
+        self.per_gpu: dict[str, deque[Job]] = {u: deque() for u in uuids}  # placement every
+        self.dealt: dict[str, int] = {}  # GPU uuid -> jobs it was sent in this batch
+
+    def add_gpu(self, uuid: str) -> None:
+        """A GPU joined the pool: it gets a queue of its own (``every``)."""
+        self.per_gpu.setdefault(uuid, deque())
+
+    def plan(self, job: Job, slots: list[Slot], stored: dict[str, R]) -> dict[str, R]:
+        """Queue a job where no stored trial of it stands: on each GPU it selects (``every``),
+        else once, unless one GPU's trial stands for it.
+
+        Args:
+            job: the job.
+            slots: the pool's GPUs.
+            stored: the results of its stored trials that stand (GPU uuid -> result).
+
+        Returns:
+            Those that stand instead of a run (GPU uuid -> result).
+        """
+        if not self.every:
+            if stored:
+                return dict([next(iter(stored.items()))])
+            self.shared.append(job)
+            return {}
+        standing = {}
+        for slot in (s for s in slots if s.runs(job)):
+            if slot.uuid in stored:
+                standing[slot.uuid] = stored[slot.uuid]
+            else:
+                self.per_gpu[slot.uuid].append(job)
+        return standing
+
+    def put_back(self, job: Job, uuid: str, *, sent: bool) -> None:
+        """Put a job that GPU ``uuid`` will not run back at the front of its queue (``sent``: it
+        had been dealt to that GPU, which no longer counts it)."""
+        (self.per_gpu[uuid] if self.every else self.shared).appendleft(job)
+        if sent:
+            self.dealt[uuid] -= 1
+
+    def waiting(self, live: Iterable[str]) -> int:
+        """Jobs waiting: the shared queue's, or the shortest queue of the ``live`` GPUs'."""
+        if not self.every:
+            return len(self.shared)
+        return min((len(self.per_gpu[u]) for u in live), default=0)
+
+    def empty(self) -> bool:
+        """No job waits for any GPU."""
+        return not any(self.per_gpu.values()) if self.every else not self.shared
+
+    def least_used(self, slots: Iterable[Slot]) -> list[Slot]:
+        """The slots, those whose GPU was sent the fewest jobs first."""
+        return sorted(slots, key=lambda s: self.dealt.get(s.uuid, 0))
+
+    def take(
+        self, slot: Slot, *, share: int | None = None, ahead_among: list[Slot] | None = None
+    ) -> Job | None:
+        """The next job the slot's GPU runs, taken off its queue and counted (None: none now).
+
+        Args:
+            slot: the GPU.
+            share: at most this many jobs per GPU from the shared queue (None: no limit).
+            ahead_among: the GPU is busy and the job is to run after its trial; the live GPUs: a
+                shared job is taken only while at least as many jobs wait as there are of them
+                that may run it. None: the GPU is idle.
+        """
+        if self.every:
+            queue = self.per_gpu[slot.uuid]
+            if not queue:
+                return None
+            job = queue.popleft()
+        else:
+            if share is not None and self.dealt.get(slot.uuid, 0) >= share:
+                return None
+            job = next((j for j in self.shared if slot.runs(j)), None)
+            if job is None:
+                return None
+            if ahead_among is not None and len(self.shared) < sum(s.runs(job) for s in ahead_among):
+                return None
+            self.shared.remove(job)
+        self.dealt[slot.uuid] = self.dealt.get(slot.uuid, 0) + 1
+        return job
+
+    def drain(self, uuid: str) -> list[Job]:
+        """Take every job off GPU ``uuid``'s queue (``every``: its GPU was retired)."""
+        queue = self.per_gpu[uuid]
+        jobs = list(queue)
+        queue.clear()
+        return jobs
+
+    def stranded(self, slots: list[Slot]) -> list[tuple[Job, list[Slot]]]:
+        """Take off the shared queue every job that no live GPU may run; each with the retired
+        GPUs it selects."""
+        found = []
+        for job in list(self.shared):
+            selecting = [s for s in slots if s.runs(job)]
+            if not any(s.live for s in selecting):
+                self.shared.remove(job)
+                found.append((job, selecting))
+        return found

@@ -1,0 +1,503 @@
+"""The worker: one long-lived process per GPU (a Ray actor) that runs that GPU's trials.
+
+A ``GpuWorker`` owns one GPU for as long as it lives: its NVML handle, the guard's lease on it and a
+cache of built kernels (a ``session.GpuSession`` over the backend it opened), so a sweep compiles
+each kernel once per GPU, not once per point. It runs one trial at a time (a Ray actor executes
+one call at a time) and returns each trial's rows as plain dicts inside a typed reply; the driver
+(``orchestrator.launching.pool`` and ``orchestrator.launching.supervisor``) stores them. Every reply
+that crosses the process boundary is a small frozen dataclass defined here (``WorkerInfo``,
+``AcquireReply``, ``TrialReply``), so the driver reads attributes that a type checker knows, never
+dict keys.
+
+**Which GPU.** Ray gives a ``num_gpus=1`` actor one GPU id and sets ``CUDA_VISIBLE_DEVICES`` to it.
+An id that is a UUID (``GPU-...``, when the node's ``CUDA_VISIBLE_DEVICES`` listed UUIDs) names the
+GPU directly. A number is a CUDA ordinal in PCI bus order (the worker runs with
+``CUDA_DEVICE_ORDER=PCI_BUS_ID``), so it is resolved to the node's GPUs sorted by PCI bus id, and
+from then on the worker names its GPU by UUID only: NVML's own index is never trusted to match
+CUDA's. On the simulated GPU the local Ray instance declares one logical GPU per simulated GPU, and
+the same rule maps logical GPU ``k`` to the ``k``-th simulated GPU in PCI order. On ``device=cpu``
+it declares one logical GPU, which stands for the host CPU (the backend's one device, index 0).
+
+**Which machine.** On the simulated GPU a worker uses the simulated machine of its node: the
+``DVFS_SIM_STATE_DIR`` of its process (passed by the driver for a local Ray instance, inherited
+from ``ray start`` on a cluster node), joining the machine already there. So each node of a
+cluster has its own simulated GPUs, as each real node has its own GPUs.
+
+**Lifecycle.** ``identify`` (cheap; no lease) -> ``check`` (every job's settings against this GPU's
+policy and support, changing nothing) -> ``acquire`` (restore what a killed predecessor left
+changed, then take the GPU's lease, waiting while another sweep holds it) -> ``warm`` (import the
+frameworks) -> ``run`` (one trial) ... -> ``close``. No Ray nor framework import at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.devices.base import DeviceIdentity
+from orchestrator.errors import DeviceLostError
+from orchestrator.measuring.journal import Journal
+from orchestrator.measuring.trial_trace import TrialTrace, clear_closing, closing
+from orchestrator.results.jobs import PER_JOB_KEYS
+
+if TYPE_CHECKING:
+    from orchestrator.results.jobs import JobSpec
+
+# Set in every worker before any framework initialises a device (see DESIGN: "Rules").
+WORKER_ENV = {
+    "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+    "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}
+SIM_STATE_ENV = "DVFS_SIM_STATE_DIR"
+STOPPING = "not run: the sweep is stopping"  # a reply to a driver that marked the GPU closing
+
+# --- what a worker answers --------------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What ``identify`` answers: the worker's GPU, node and process, and what selects the GPU.
+
+    Attributes:
+        uuid: the GPU's UUID (the worker's name for it from now on).
+        identity: the GPU's identity (stamped on the rows the driver writes for it).
+        ray_gpu_id: the GPU id Ray gave the process, as text.
+        node_id: the Ray node it runs on (None outside Ray).
+        host: the node's host name.
+        pid: the worker's process id.
+        selected: per ``device.gpus`` value asked about: does it select this GPU.
+        select_errors: per value: why it selects nothing on this node (None: it is valid).
+        sim_state_dir: the simulated machine it joined (None off the sim).
+        restored: what it restored that a dead predecessor had left changed.
+        dead_trace: what a dead predecessor on this GPU was doing when it died (None: it was
+            between trials, or there was none).
+    """
+
+    uuid: str
+    identity: DeviceIdentity
+    ray_gpu_id: str
+    node_id: str | None
+    host: str
+    pid: int
+    selected: tuple[bool, ...] = ()
+    select_errors: tuple[str | None, ...] = ()
+    sim_state_dir: str | None = None
+    restored: tuple[str, ...] = ()
+    dead_trace: TrialTrace | None = None
+
+
+@dataclass(frozen=True)
+class AcquireReply:
+    """What ``acquire`` answers: the lease is taken (``ok``), or why not (``error``).
+
+    Attributes:
+        ok: the worker holds its GPU's lease.
+        waited_s: how long it waited for another sweep to let the GPU go.
+        restored: what it restored that a dead predecessor had left changed.
+        error: why the lease was not free in time (``ok`` False).
+    """
+
+    ok: bool
+    waited_s: float = 0.0
+    restored: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TrialReply:
+    """What ``run`` answers: one trial's rows, the worker's counters and its GPU's health.
+
+    Attributes:
+        rows: one row per repeat; empty when the GPU was unhealthy before the trial (nothing ran).
+        unhealthy: why the GPU is unusable (before the trial with no rows, during it with rows);
+            None: healthy.
+        pid: the worker's process id.
+        trial_started_at: Unix seconds the trial began (None: nothing ran).
+        trial_ended_at: Unix seconds it ended.
+        trial_s: its duration (a monotonic clock's).
+        builds: kernels the worker's cache has built so far.
+        trials: trials the worker has run so far.
+    """
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    unhealthy: str | None = None
+    pid: int = 0
+    trial_started_at: float | None = None
+    trial_ended_at: float | None = None
+    trial_s: float | None = None
+    builds: int = 0
+    trials: int = 0
+
+    @property
+    def ran(self) -> bool:
+        """The trial ran (it has rows); False: the GPU was unhealthy before it started."""
+        return bool(self.rows)
+
+    def timing(self) -> dict[str, Any]:
+        """The trial's timestamps and the worker's build counter, as stored in each row's
+        ``launch`` block (the overlap and build-count checks read them there)."""
+        return {
+            "trial_started_at": self.trial_started_at,
+            "trial_ended_at": self.trial_ended_at,
+            "trial_s": self.trial_s,
+            "builds": self.builds,
+        }
+
+
+# --- which GPU, which machine -----------------------------------------------------------------
+def pci_order_key(pci_bus_id: str) -> tuple[int, ...]:
+    """Sort key of a PCI bus id ``DDDDDDDD:BB:DD.F`` (CUDA's PCI_BUS_ID order)."""
+    text = pci_bus_id.strip().lower()
+    parts = text.replace(".", ":").split(":")
+    try:
+        return tuple(int(p, 16) for p in parts)
+    except ValueError:
+        return (1 << 62,)
+
+
+def node_devices(backend: Any) -> list[Any]:
+    """Every GPU of the node by NVML index: its ``Device``, or the index itself for a GPU that
+    has fallen off the bus (NVML refuses its handle, so nothing else of it can be read)."""
+    found: list[Any] = []
+    for index in range(backend.count()):
+        try:
+            found.append(backend.device(index=index))
+        except DeviceLostError:
+            found.append(index)
+    return found
+
+
+def gpu_uuid_for(devices: list[Any], ray_gpu_id: Any) -> str:
+    """The UUID of the GPU behind one Ray GPU id on this node.
+
+    Args:
+        devices: every ``Device`` of the node's backend, or (``node_devices``) the NVML index of
+            one that is lost: it keeps its index's place in the PCI order, as NVML lists GPUs in
+            PCI bus order.
+        ray_gpu_id: what ``ray.get_gpu_ids()`` gave this process: a CUDA ordinal (PCI bus order)
+            or a GPU UUID.
+
+    Raises:
+        DeviceNotFoundError: no such GPU on this node.
+        DeviceLostError: the ordinal is that of a GPU that has fallen off the bus.
+    """
+    from orchestrator.errors import DeviceNotFoundError
+
+    lost = [d for d in devices if isinstance(d, int)]
+    devices = [d for d in devices if not isinstance(d, int)]
+    text = str(ray_gpu_id)
+    if text.startswith(("GPU-", "MIG-")):
+        if any(d.identity.uuid == text for d in devices):
+            return text
+        raise DeviceNotFoundError(f"Ray gave this worker GPU {text}, which NVML does not list here")
+    ordered: list[Any] = sorted(devices, key=lambda d: pci_order_key(d.identity.pci_bus_id))
+    for index in lost:
+        ordered.insert(index, index)
+    k = int(float(text))
+    if not 0 <= k < len(ordered):
+        raise DeviceNotFoundError(
+            f"Ray gave this worker GPU {k}, but this node has {len(ordered)} GPU(s): declare no "
+            f"more GPUs to Ray (ray start --num-gpus) than the node has"
+        )
+    if isinstance(ordered[k], int):
+        raise DeviceLostError(f"Ray gave this worker GPU {k}, which has fallen off the bus")
+    return ordered[k].identity.uuid
+
+
+def node_device_cfg(device_cfg: Any) -> Any:
+    """The job's ``device`` config as this node sees it (its own simulated machine)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    cfg = OmegaConf.create(
+        device_cfg if isinstance(device_cfg, dict) else OmegaConf.to_container(device_cfg)
+    )
+    assert isinstance(cfg, DictConfig)
+    if cfg.get("backend") == "sim" and os.environ.get(SIM_STATE_ENV):
+        cfg.state_dir = os.environ[SIM_STATE_ENV]
+    for key in PER_JOB_KEYS:
+        if key in cfg:
+            cfg[key] = None  # the machine, not a job's settings or route: one session for all
+    return cfg
+
+
+def _ray_node_id() -> str | None:
+    """The Ray node this process runs on (None outside Ray)."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+
+
+def _import_frameworks(names: tuple[str, ...]) -> None:
+    """Import each framework (``jax``, ``tensorflow``) the way a kernel build will."""
+    from kernels.frameworks import import_jax, import_tensorflow
+
+    importers = {"jax": import_jax, "tensorflow": import_tensorflow}
+    for name in names:
+        importers[name]()
+
+
+class GpuWorker:
+    """The process that owns one GPU and runs its trials (made a Ray actor by ``pool.GpuPool``).
+
+    Args:
+        device_cfg: the sweep's ``device`` config, as a plain dict.
+        ray_gpu_id: which GPU; default: the one Ray assigned (``ray.get_gpu_ids()``).
+    """
+
+    def __init__(self, device_cfg: dict[str, Any], ray_gpu_id: Any = None) -> None:
+        for key, value in WORKER_ENV.items():
+            os.environ.setdefault(key, value)
+        from orchestrator.devices import open_backend
+
+        if ray_gpu_id is None:
+            import ray
+
+            ids = ray.get_gpu_ids()
+            if not ids:
+                raise RuntimeError("this worker holds no GPU: create it with num_gpus=1")
+            ray_gpu_id = ids[0]
+        self._cfg = node_device_cfg(device_cfg)
+        self._ray_gpu_id = ray_gpu_id
+        self._backend = open_backend(self._cfg, join_existing=True)
+        self._session: Any = None  # orchestrator.measuring.session.GpuSession, from acquire on
+        self._ctx: Any = None
+        self._trials = 0
+        self._lost: str | None = None  # its GPU fell off the bus: identify says so, nothing runs
+        try:
+            self.uuid = gpu_uuid_for(node_devices(self._backend), ray_gpu_id)
+        except DeviceLostError as e:  # alive, it holds the lost GPU: Ray places no other there
+            self._lost = str(e)
+            return
+        self._device = self._backend.device(uuid=self.uuid)
+
+    # --- who am I ------------------------------------------------------------------------------
+    def identify(self, selections: list[Any] = ()) -> WorkerInfo:
+        """This worker's GPU, node and process, and which ``device.gpus`` values select the GPU.
+
+        First restores the GPU if a dead process (a killed earlier worker) left it changed, so
+        a replaced worker puts its GPU back before anything else; ``restored`` says what it did,
+        and ``dead_trace`` what the dead worker's trial was doing
+        (``orchestrator.measuring.trial_trace``).
+
+        Args:
+            selections: ``device.gpus`` values (None: every GPU) to answer for, on this node: an
+                index or PCI bus id means this node's GPU of that number.
+        """
+        from orchestrator.measuring import trial_trace
+        if self._lost is not None:
+            raise DeviceLostError(self._lost)
+        restored = self._restore_dead_owner()
+        dead_trace = trial_trace.take_trace(self._journal(), self.uuid)
+        selected, select_errors = self._selected(selections)
+        sim = self._cfg.get("backend") == "sim"
+        return WorkerInfo(
+            uuid=self.uuid,
+            identity=DeviceIdentity(**asdict(self._device.identity)),
+            ray_gpu_id=str(self._ray_gpu_id),
+            node_id=_ray_node_id(),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            selected=selected,
+            select_errors=select_errors,
+            sim_state_dir=os.environ.get(SIM_STATE_ENV) if sim else None,
+            restored=tuple(restored),
+            dead_trace=dead_trace,
+        )
+
+    def _selected(self, selections: list[Any]) -> tuple[tuple[bool, ...], tuple[str | None, ...]]:
+        """Per ``device.gpus`` value: does it select this GPU, and why it selects none here."""
+        from orchestrator.devices import select_devices
+        from orchestrator.errors import DvfsError
+
+        selected: list[bool] = []
+        errors: list[str | None] = []
+        for gpus in selections:
+            try:
+                chosen = select_devices(self._backend, gpus)
+            except DvfsError as e:
+                selected.append(False)
+                errors.append(str(e))
+            else:
+                selected.append(any(d.identity.uuid == self.uuid for d in chosen))
+                errors.append(None)
+        return tuple(selected), tuple(errors)
+
+    def check(self, device_cfgs: list[dict[str, Any]]) -> list[str | None]:
+        """Every job's settings against this GPU's policy and support; changes nothing.
+
+        Args:
+            device_cfgs: each job's resolved ``device`` config.
+
+        Returns:
+            One entry per job: None, or the one-line reason it is refused on this GPU.
+        """
+        from orchestrator.errors import UserError
+        from orchestrator.measuring.guard import SettingsGuard
+        from orchestrator.measuring.policy import load_policy
+        from orchestrator.results.jobs import settings_request
+
+        guards: dict[tuple[Any, bool], SettingsGuard] = {}
+        errors: list[str | None] = []
+        name = self._device.identity.name
+        journal = Journal(self._journal())
+        for d in device_cfgs:
+            key = (d.get("policy_file"), bool(d.get("observe_only")))
+            try:
+                if key not in guards:  # not entered: no lease, no journal entry, no change
+                    guards[key] = SettingsGuard(
+                        self._device, journal, load_policy(key[0], name), observe_only=key[1]
+                    )
+                guards[key].check(settings_request(_Attrs(d)))
+                errors.append(None)
+            except UserError as e:
+                errors.append(str(e))
+        return errors
+
+    # --- take the GPU --------------------------------------------------------------------------
+    def acquire(self, lease_wait_s: float | None = None) -> AcquireReply:
+        """Restore what a dead predecessor left changed, then take the GPU's lease.
+
+        Waits while another live process (another sweep) holds the lease; never fails for that
+        before ``lease_wait_s`` has passed (None: wait as long as it takes). The GPU's session is
+        this worker's backend, which joined the node's machine (a session of its own would open
+        the job's machine spec, not the node's).
+        """
+        from orchestrator.errors import DeviceBusyError, UnrestoredDeviceError
+        from orchestrator.measuring.session import GpuSession
+
+        if self._session is None:
+            self._session = GpuSession(backend=self._backend)
+        t0 = time.monotonic()
+        restored = self._restore_dead_owner()
+        delay_s = 0.05
+        while True:
+            try:
+                self._ctx = self._session.context(self._cfg, device_uuid=self.uuid)
+                break
+            except UnrestoredDeviceError:  # its owner died between our look and our lease
+                restored += self._restore_dead_owner()
+            except DeviceBusyError as e:
+                if lease_wait_s is not None and time.monotonic() - t0 >= lease_wait_s:
+                    error = f"{e} (waited {lease_wait_s:g} s: hydra.launcher.lease_wait_s)"
+                    return AcquireReply(ok=False, error=error)
+                time.sleep(delay_s)
+                delay_s = min(delay_s * 1.5, 1.0)
+        clear_closing(self._journal(), self.uuid)  # an earlier sweep's mark
+        return AcquireReply(ok=True, waited_s=time.monotonic() - t0, restored=tuple(restored))
+
+    def warm(self, frameworks: tuple[str, ...] = ()) -> float:
+        """Import the sweep's frameworks now (seconds each), so no trial's time limit pays it.
+
+        Returns:
+            The seconds the imports took.
+        """
+        t0 = time.monotonic()
+        _import_frameworks(frameworks)
+        return time.monotonic() - t0
+
+    def _restore_dead_owner(self) -> list[str]:
+        """Restore this GPU's journal entry if its owner is dead (a killed earlier worker)."""
+        from orchestrator.measuring.journal import restore_journal
+
+        journal = _OneGpuJournal(self._journal(), self.uuid)
+        actions = restore_journal(journal, lambda uuid: self._backend.device(uuid=uuid))
+        return [a.describe() for a in actions if not a.skipped_reason]
+
+    # --- trials --------------------------------------------------------------------------------
+    def run(self, job: JobSpec, sweep_id: str, attempt: int = 1) -> TrialReply:
+        """Run one trial (``trial.run_trial``) and return its rows, this worker's counters and
+        its GPU's health after the trial.
+
+        A GPU that is already unhealthy (``Device.health``) runs nothing: the reply has no rows
+        and says why (``unhealthy``), so that the supervisor retires the GPU and gives the job
+        to another one. ``unhealthy`` beside rows means the GPU failed during this trial. While
+        the trial runs, the worker keeps its trace on the node
+        (``orchestrator.measuring.trial_trace``); a stopping driver marks the GPU closing, and the
+        trial stops at its next chunk of calls.
+
+        Args:
+            job: the validated job (sent as is: a ``JobSpec`` pickles).
+            sweep_id: stamped on every row.
+            attempt: which attempt at the trial this is (stamped on every row).
+        """
+        from orchestrator import interrupt
+        from orchestrator.measuring import inject, trial_trace
+        from orchestrator.measuring.trial import run_trial
+
+        if self._ctx is None:
+            raise RuntimeError("GpuWorker.run before acquire")
+        ctx, where = self._ctx, self._journal()
+        if closing(where, self.uuid):  # a queued trial of a sweep that stopped
+            return TrialReply(unhealthy=STOPPING, pid=os.getpid())
+        before = ctx.device.health()
+        if not before.ok:
+            return TrialReply(unhealthy=before.reason, pid=os.getpid())
+        ctx.sweep_id = sweep_id
+        trace = trial_trace.begin(where, self.uuid, job.trial_key(self.uuid))
+        ctx.on_kernel_calls = lambda: trial_trace.kernel_calls(where, self.uuid, trace)
+        inject.arm(job.config.device.inject, ctx.device, sweep_id=sweep_id,
+                   workload=job.workload_name)
+        started_at, t0 = time.time(), time.perf_counter()
+        try:
+            with interrupt.watch(lambda: STOPPING if closing(where, self.uuid) else None):
+                rows = run_trial(ctx, job, attempt=attempt)
+        except KeyboardInterrupt:  # its driver stops: the GPU was put back, nothing is kept
+            return TrialReply(unhealthy=STOPPING, pid=os.getpid())
+        finally:
+            inject.disarm(ctx.device)
+            ctx.on_kernel_calls = None
+            trial_trace.end(where, self.uuid)
+        trial_s = time.perf_counter() - t0
+        self._trials += 1
+        after = ctx.device.health()
+        return TrialReply(
+            rows=rows,
+            unhealthy=None if after.ok else after.reason,
+            pid=os.getpid(),
+            trial_started_at=started_at,
+            trial_ended_at=started_at + trial_s,
+            trial_s=trial_s,
+            builds=int(getattr(ctx.kernels, "builds", 0)),
+            trials=self._trials,
+        )
+
+    def _journal(self) -> Any:
+        """This node's journal directory: the guard's journal, trial traces, closing marks."""
+        from orchestrator.devices import journal_dir
+
+        return journal_dir(self._cfg)
+
+    def close(self) -> None:
+        """Restore the GPU and release its lease (the process may then be killed)."""
+        session, self._session, self._ctx = self._session, None, None
+        if session is not None:
+            try:
+                session.close()
+            finally:
+                self._backend.close()
+                clear_closing(self._journal(), self.uuid)
+
+
+class _Attrs:
+    """Attribute access over a plain dict (``settings_request`` reads ``cfg.sm_clock_mhz``...)."""
+
+    def __init__(self, d: dict[str, Any]) -> None:
+        self._d = d
+
+    def __getattr__(self, name: str) -> Any:
+        return self._d.get(name)
+
+
+class _OneGpuJournal(Journal):
+    """A view of a node's journal that lists one GPU's entry only."""
+
+    def __init__(self, directory: Any, uuid: str) -> None:
+        super().__init__(directory)
+        self._uuid = uuid
+
+    def uuids(self) -> list[str]:
+        """The node journal's entries, this GPU's only."""
+        return [u for u in super().uuids() if u == self._uuid]

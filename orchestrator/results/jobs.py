@@ -1,0 +1,335 @@
+"""One job, typed: what a trial is asked to measure, its identity, and the rules that exist once.
+
+A Hydra job is one trial. ``JobSpec`` is that job after validation: its typed config
+(``config.DvfsConfig``, so code reads ``job.config.workload.name``), where its rows go, and the
+sweep they belong to. Everything derived from it lives here, once, for both ways a trial runs
+(``app.task`` under Hydra's basic launcher, and the ``ray_gpus`` launcher's workers):
+
+- the trial key: a hash of what is measured (``job_identity``) and the GPU's UUID; resume, the
+  store and the stability search all find a trial by it;
+- the settings request the guard checks and applies, and the one-line label of a job;
+- the machine key: which jobs may share one simulated machine or one pool of workers (the device
+  config less the keys a job may set or route by);
+- the sweep id, the ``sweep`` meta item, and resume (``resume_trials``: one keyed store query,
+  and the retry policy that decides which stored trials run again, as a new attempt).
+
+A user's mistake (a typo'd choice, an unsupported size, a bad inject spec) is a ``UserError``
+raised by ``JobSpec.from_config`` before anything touches a device.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config import DvfsConfig, parse_sm_clock
+from orchestrator.errors import UserError
+from orchestrator.measuring.guard import SettingsRequest
+
+# Device keys that set what one trial does, and which GPU it runs on: the jobs of one machine (one
+# pool of workers, one simulated machine) may differ in these and nothing else.
+SETTING_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_mhz", "inject")
+ROUTING_KEYS = ("gpus",)
+PER_JOB_KEYS = (*SETTING_KEYS, *ROUTING_KEYS)
+
+# Config keys that do not change what a trial measures (kept out of the trial key).
+_NON_IDENTITY_KEYS = ("store_dir", "quiet", "objective")
+# default_size only chooses workload.size, which is in the identity itself.
+_NON_IDENTITY_DEVICE_KEYS = ("state_dir", "journal_dir", "gpus", "policy_file", "default_size")
+
+
+def settings_request(device_cfg: Any) -> SettingsRequest:
+    """The settings a job's ``device`` config asks for."""
+    return SettingsRequest(
+        sm_clock_mhz=parse_sm_clock(device_cfg.sm_clock_mhz),
+        mem_clock_mhz=None if device_cfg.mem_clock_mhz is None else int(device_cfg.mem_clock_mhz),
+        power_limit_w=None if device_cfg.power_limit_w is None else float(device_cfg.power_limit_w),
+        clock_offset_mhz=(
+            None if device_cfg.clock_offset_mhz is None else int(device_cfg.clock_offset_mhz)
+        ),
+    )
+
+
+def job_identity(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a resolved job config that defines what is measured."""
+    ident = {k: v for k, v in resolved.items() if k not in _NON_IDENTITY_KEYS}
+    device = dict(ident.get("device", {}))
+    for k in _NON_IDENTITY_DEVICE_KEYS:
+        device.pop(k, None)
+    ident["device"] = device
+    return ident
+
+
+def trial_key(resolved: Mapping[str, Any], device_uuid: str) -> str:
+    """A stable key: hash of the resolved job config (what is measured) and the GPU's UUID."""
+    blob = json.dumps(
+        {"job": job_identity(resolved), "uuid": device_uuid}, sort_keys=True, default=str
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def config_hash(resolved: Mapping[str, Any]) -> str:
+    """Hash of the job config alone (the same point on every GPU shares it)."""
+    blob = json.dumps(job_identity(resolved), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def validate_workload(cfg: Any) -> Any:
+    """Check workload x framework x size x dtype x precision against the kernel registry.
+
+    A user's workload (``workload=custom workload.target=...``, or an entry point's name) is
+    loaded here, on the driver, so a target that does not import or a factory that returns
+    something else is a one-line error before any device is touched.
+
+    Returns:
+        The workload's ``kernels.Workload``.
+
+    Raises:
+        UserError: an unknown workload or one that does not load; a framework, size, dtype or
+            precision the workload does not have.
+    """
+    from kernels.build import check_framework
+    from kernels.registry import load_workload
+    from kernels.spec import KernelOptionError
+
+    if cfg.framework.name not in ("jax", "tensorflow"):
+        raise UserError(f"framework={cfg.framework.name!r} is not one of: jax, tensorflow")
+    try:
+        spec = load_workload(cfg.workload.name, getattr(cfg.workload, "target", None))
+        check_framework(spec, cfg.framework.name)
+        spec.validate(cfg.workload.size, cfg.workload.dtype, cfg.framework.precision)
+        if cfg.workload.sim_size is not None:
+            spec.validate(cfg.workload.sim_size, cfg.workload.dtype, cfg.framework.precision)
+    except KernelOptionError as e:
+        raise UserError(str(e)) from e
+    return spec
+
+
+def machine_key(device: Mapping[str, Any]) -> str:
+    """Which machine a job's device config opens: the config less the per-job keys."""
+    return json.dumps(
+        {k: v for k, v in dict(device).items() if k not in PER_JOB_KEYS},
+        sort_keys=True,
+        default=str,
+    )
+
+
+def sweep_id_for(store_dir: str | Path) -> str:
+    """The sweep id stamped on rows: the last two parts of the store directory."""
+    return "/".join(Path(store_dir).resolve().parts[-2:])
+
+
+@functools.lru_cache(maxsize=256)
+def _sweep_id_of(store_dir: str) -> str:
+    return sweep_id_for(store_dir)
+
+
+def describe_request(
+    workload: Any, framework: Any, request: SettingsRequest, name: str | None = None
+) -> str:
+    """A job's one-line label, e.g. ``gemm/jax float32 [sm=1065 MHz]`` (``name``: the
+    workload's own, where ``workload.name`` is ``custom``)."""
+    return f"{name or workload.name}/{framework.name} {workload.dtype} [{request.describe()}]"
+
+
+# --- the job ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class JobSpec:
+    """One validated job: its typed config, where its rows go, and the sweep they belong to.
+
+    Attributes:
+        config: the job's config (``hydra`` node excluded), typed.
+        store_dir: the store its rows go to (None: not decided, e.g. a test's bare trial).
+        sweep_id: stamped on every row.
+    """
+
+    config: DvfsConfig
+    store_dir: Path | None = None
+    sweep_id: str = ""
+
+    @classmethod
+    def from_config(cls, cfg: Any, default_store_dir: str | Path | None = None) -> JobSpec:
+        """Validate a job's composed config (a DictConfig) and type it.
+
+        Args:
+            cfg: the job's task config.
+            default_store_dir: where rows go unless the job sets ``store_dir``.
+
+        Raises:
+            UserError: the first mistake found, on one line; nothing has touched a device.
+        """
+        from omegaconf import OmegaConf
+
+        from orchestrator.config import validate_static
+
+        validate_static(cfg)  # on the DictConfig: interpolations and unknown keys too
+        validate_workload(cfg)
+        if OmegaConf.get_type(cfg) is not DvfsConfig:  # a plain dict config: type it first
+            cfg = OmegaConf.merge(OmegaConf.structured(DvfsConfig), cfg)
+        config = OmegaConf.to_object(cfg)
+        assert isinstance(config, DvfsConfig)
+        return cls.of(config, default_store_dir)
+
+    @classmethod
+    def of(cls, config: DvfsConfig, default_store_dir: str | Path | None = None) -> JobSpec:
+        """Validate a typed config (values, and the checks that span keys) and make the job.
+
+        ``SweepComposer`` makes most jobs of a sweep this way, from a validated config with a few
+        values replaced: the checks here are what a combination of valid values can still fail.
+
+        Raises:
+            UserError: the first mistake found, on one line; nothing has touched a device.
+        """
+        from orchestrator.config import validate_static
+        from orchestrator.measuring import inject
+
+        validate_static(config)
+        validate_workload(config)
+        inject.validate(config.device.inject, config.device.backend)
+        settings_request(config.device)  # a malformed setting is refused here, not on a GPU
+        where = config.store_dir or default_store_dir
+        # A relative store is where the command was started (Hydra does not chdir: see
+        # conf/config.yaml), made absolute now: a worker or a report elsewhere finds the same.
+        store_dir = None if where is None else Path(where).absolute()
+        return cls(config, store_dir, _sweep_id_of(str(store_dir)) if store_dir else "")
+
+    @cached_property
+    def resolved(self) -> dict[str, Any]:
+        """The config as plain values: stored beside every row, hashed into the trial key."""
+        return asdict(self.config)
+
+    @cached_property
+    def workload_name(self) -> str:
+        """The workload's own name: ``workload.name``, or for ``workload=custom`` the name its
+        target's workload gives itself (what rows and tolerances go by)."""
+        workload = self.config.workload
+        if not workload.target:
+            return workload.name
+        from kernels.registry import load_workload
+
+        return load_workload(workload.name, workload.target).name
+
+    @cached_property
+    def request(self) -> SettingsRequest:
+        """The settings the trial asks for."""
+        return settings_request(self.config.device)
+
+    @property
+    def label(self) -> str:
+        """E.g. ``gemm/jax float32 [sm=1065 MHz]``."""
+        return describe_request(self.config.workload, self.config.framework, self.request,
+                                self.workload_name)
+
+    @property
+    def repeats(self) -> int:
+        """Windows per trial (``measure.repeats``): one row each."""
+        return int(self.config.measure.repeats)
+
+    @property
+    def device(self) -> dict[str, Any]:
+        """The resolved ``device`` section."""
+        return self.resolved["device"]
+
+    @property
+    def quiet(self) -> bool:
+        """No per-trial summary on stdout."""
+        return bool(self.config.quiet)
+
+    @property
+    def objective_name(self) -> str:
+        """What the job returns to a sweeper (``objective``)."""
+        return str(self.config.objective)
+
+    @property
+    def config_hash(self) -> str:
+        """Hash of what is measured, the same on every GPU."""
+        return config_hash(self.resolved)
+
+    @cached_property
+    def _identity_json(self) -> str:
+        return json.dumps(job_identity(self.resolved), sort_keys=True, default=str)
+
+    def trial_key(self, device_uuid: str) -> str:
+        """The key of this job's trial on one GPU: :func:`trial_key`'s, from the identity
+        serialised once per job (a sweep on 64 GPUs asks for 64 keys per job)."""
+        blob = f'{{"job": {self._identity_json}, "uuid": {json.dumps(device_uuid)}}}'
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+# --- the store's view of jobs -----------------------------------------------------------------
+def record_sweep(store: Any, job: JobSpec) -> None:
+    """Write the store's ``sweep`` meta item (where, when, the first job's config), once."""
+    if store.get_meta("sweep") is None:
+        store.put_meta(
+            "sweep",
+            {"store_dir": str(job.store_dir), "started_at": time.time(), "config": job.resolved},
+        )
+
+
+RETRY_POLICIES = ("never", "not_measured", "failed")
+"""Which stored trials a re-run runs again (``hydra.launcher.retry``): ``never``; those whose
+latest attempt measured nothing (``not_measured``, the default: a GPU that was unhealthy, a
+worker killed from outside); or those whose latest attempt is not all ok (``failed``)."""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What a sweep does with one trial, given what its store holds.
+
+    Attributes:
+        run: run the trial now; else ``rows`` stand for it.
+        attempt: the attempt number a run now gets (1 + the latest stored; 1 for a new trial).
+        rows: the rows of its latest complete attempt (None: none stored).
+    """
+
+    run: bool
+    attempt: int = 1
+    rows: list[dict[str, Any]] | None = None
+
+
+def resume_of(rows: Sequence[Mapping[str, Any]], repeats: int, retry: str) -> Resume:
+    """What to do with a trial whose stored rows (every attempt) are ``rows``.
+
+    An attempt is complete with a row for every one of ``repeats``; an incomplete latest attempt
+    (the store filled up half-way) runs again whatever the policy, as a new attempt.
+    """
+    from orchestrator.results.rows import Status, attempt_of
+
+    if not rows:
+        return Resume(run=True)
+    latest = max(attempt_of(r) for r in rows)
+    last = [dict(r) for r in rows if attempt_of(r) == latest]
+    if {r["repeat"] for r in last} < set(range(repeats)):
+        return Resume(run=True, attempt=latest + 1)
+    statuses = {r.get("status") for r in last}
+    again = {
+        "never": False,
+        "not_measured": Status.NOT_MEASURED in statuses,
+        "failed": statuses != {Status.OK},
+    }[retry]
+    return Resume(run=again, attempt=latest + 1, rows=last)
+
+
+def resume_trials(
+    store: Any, keys: Iterable[str], repeats: int, retry: str = "not_measured"
+) -> dict[str, Resume]:
+    """Resume: what to do with each trial key, from one keyed store query (``rows_for``).
+
+    Args:
+        store: the sweep's ``ResultStore``.
+        keys: the trial keys of the jobs about to run.
+        repeats: windows per trial (a complete attempt has a row for each).
+        retry: one of :data:`RETRY_POLICIES`.
+    """
+    if retry not in RETRY_POLICIES:
+        raise UserError(f"retry={retry!r} is not one of: {', '.join(RETRY_POLICIES)}")
+    keys = list(dict.fromkeys(keys))
+    found = store.rows_for(keys)
+    return {k: resume_of(found.get(k, []), repeats, retry) for k in keys}
