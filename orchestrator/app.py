@@ -25,9 +25,10 @@ from typing import Any
 from orchestrator.config import CONF_DIR, register_configs
 from orchestrator.errors import DvfsError, UserError, hydra_user_error
 from orchestrator.launching import estimate
+from orchestrator.launching.resume import resume_trials
 from orchestrator.measuring.session import GpuSession
 from orchestrator.progress import summarise
-from orchestrator.results.jobs import JobSpec, record_sweep, resume_trials
+from orchestrator.results.jobs import JobSpec, record_sweep
 from orchestrator.results.rows import JobResult
 
 

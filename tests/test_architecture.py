@@ -40,13 +40,13 @@ FLOORS: dict[int, tuple[str, ...]] = {
         "orchestrator.realgpu.readings"),
     3: ("orchestrator.results.jobs", "orchestrator.results.rows", "analysis",
         "orchestrator.search", "orchestrator.launching.compose"),
-    4: ("orchestrator.measuring.trial", "orchestrator.measuring.session"),
+    4: ("orchestrator.measuring.trial", "orchestrator.measuring.session",
+        "orchestrator.launching.resume", "orchestrator.launching.settings"),
     5: ("orchestrator.measuring.worker", "orchestrator.app", "orchestrator.realgpu.check"),
     6: ("orchestrator.launching.slot", "orchestrator.launching.pool",
         "orchestrator.launching.supervisor", "orchestrator.launching.launch",
-        "orchestrator.launching.batch", "orchestrator.launching.admit",
-        "orchestrator.launching.resume", "orchestrator.launching.pool_join",
-        "orchestrator.launching.job_queue"),
+        "orchestrator.launching.batch", "orchestrator.launching.scheduling",
+        "orchestrator.launching.pool_join"),
     7: ("orchestrator.cli", "hydra_plugins"),
 }
 """Floor -> rooms, bottom up: the table of ``docs/architecture.md``."""

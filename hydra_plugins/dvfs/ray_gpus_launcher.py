@@ -67,7 +67,8 @@ class RayGpusLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[Any]:
         """Run one batch on the per-GPU workers; a ``JobReturn`` per job, in the batch's order."""
-        from orchestrator.launching.launch import LaunchSettings, launch_batch
+        from orchestrator.launching.launch import launch_batch
+        from orchestrator.launching.settings import LaunchSettings
 
         settings = LaunchSettings.from_mapping(self.params)
         return launch_batch(

@@ -37,108 +37,21 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.bounds import Bound, bounded, check_fields
 from orchestrator.errors import UserError
 from orchestrator.launching import estimate
-from orchestrator.launching.admit import refusals
-from orchestrator.launching.batch import (
-    JobStream,
-    already_stored,
-    differing_device_keys,
-    one_machine_message,
-)
+from orchestrator.launching.batch import JobStream, differing_device_keys, one_machine_message
 from orchestrator.launching.pool import close_pool, get_pool
+from orchestrator.launching.resume import already_stored
+from orchestrator.launching.scheduling import refusals
+from orchestrator.launching.settings import LaunchSettings
 from orchestrator.launching.supervisor import Supervisor
 from orchestrator.progress import Progress
-from orchestrator.results.jobs import RETRY_POLICIES
 from orchestrator.results.rows import JobResult
 
 log = logging.getLogger(__name__)
-
-PLACEMENTS = ("any", "every")
-RESOURCE_BOUND = Bound(0, 1e6, "a worker's share of a custom Ray resource")
-
-
-# --- settings ---------------------------------------------------------------------------------
-@dataclass
-class LaunchSettings:
-    """How the ``ray_gpus`` launcher reaches the GPUs (the ``hydra.launcher`` keys)."""
-
-    address: str | None = None  # None: a local Ray instance; "auto", "host:port", "ray://...": join
-    placement: str | tuple[str, ...] = "any"  # "any", "every", or GPU UUIDs (any of those)
-    timeout_s: float | None = bounded(
-        None, 0, 86_400, "a day: a trial that takes longer has hung", above=True, unit=" s"
-    )  # per-trial limit; None: each job's measure.timeout_s
-    max_restarts: int = bounded(
-        5, -1, 1000, "-1 never retires a GPU; a thousand deaths in a row is a GPU to retire"
-    )  # worker deaths in a row before a GPU is retired; -1: never retire
-    start_timeout_s: float = bounded(
-        120.0, 0, 3600, "an hour: a worker that has not started by then will not", above=True,
-        unit=" s")  # a worker that does not start within this is given up
-    lease_wait_s: float | None = bounded(
-        None, 0, 7 * 86_400, "a week: null waits as long as the other sweep takes", above=True,
-        unit=" s")  # wait this long for a GPU another sweep holds; None: forever
-    retry: str = "not_measured"  # which stored trials a re-run runs again (jobs.RETRY_POLICIES)
-    queue_ahead: bool = True  # send a busy GPU its next trial, to start as the last one returns
-    num_cpus: float = bounded(
-        0.0, 0, 1024, "no node has more than 1,024 CPUs for one worker"
-    )  # CPUs each worker reserves (0: or four never start on two cores)
-    resources: dict[str, float] = field(default_factory=dict)  # custom Ray resources per worker
-    log_to_driver: bool = False  # forward workers' stdout/stderr to this terminal
-    progress: bool = True  # the live progress line on stderr
-    dashboard: bool = False  # a local Ray's web dashboard, on 127.0.0.1:8265 (off unless asked)
-
-    @classmethod
-    def from_mapping(cls, m: Any) -> LaunchSettings:
-        """Build from ``hydra.launcher`` (a DictConfig or dict); refuses bad values.
-
-        Raises:
-            UserError: an unknown placement, a negative limit.
-        """
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        d = OmegaConf.to_container(m, resolve=True) if isinstance(m, DictConfig) else dict(m)
-        d = {
-            k: OmegaConf.to_container(v, resolve=True)
-            if isinstance(v, (DictConfig, ListConfig))
-            else v
-            for k, v in d.items()
-        }
-        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        placement = d.get("placement", "any")
-        if isinstance(placement, (list, tuple)):
-            uuids = tuple(str(u) for u in placement)
-            if not uuids or not all(u.startswith(("GPU-", "MIG-")) for u in uuids):
-                raise UserError(
-                    f"hydra.launcher.placement={list(placement)} must be any, every or a list of "
-                    f"GPU "
-                    f"UUIDs (GPU-...; `dvfs devices` lists them)"
-                )
-            d["placement"] = uuids
-        elif placement not in PLACEMENTS:
-            raise UserError(
-                f"hydra.launcher.placement={placement!r} is not one of: any, every, [GPU UUIDs]"
-            )
-        if d.get("address") in ("", "local", "none", "null"):
-            d["address"] = None
-        check_fields("hydra.launcher.", d, cls)
-        if d.get("retry", "not_measured") not in RETRY_POLICIES:
-            raise UserError(
-                f"hydra.launcher.retry={d['retry']!r} is not one of: {', '.join(RETRY_POLICIES)}"
-            )
-        d["resources"] = {str(k): float(v) for k, v in (d.get("resources") or {}).items()}
-        for name, amount in d["resources"].items():
-            RESOURCE_BOUND.check(f"hydra.launcher.resources.{name}", amount)
-        return cls(**d)
-
-    def pool_key(self) -> str:
-        """What makes a pool of workers reusable by another batch (not limits or display)."""
-        return repr((self.address, self.placement, self.num_cpus, sorted(self.resources.items())))
-
 
 # --- Hydra ------------------------------------------------------------------------------------
 def launch_batch(

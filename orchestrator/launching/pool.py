@@ -3,7 +3,7 @@
 A ``GpuPool`` is the set of workers of one machine: it starts one ``worker.GpuWorker`` per GPU
 the Ray cluster declares (``num_gpus=1, num_cpus=0``), learns which GPU each got (a
 ``worker.WorkerInfo``), keeps those that some job's ``device.gpus`` (and the launcher's placement)
-selects (``orchestrator.launching.admit`` then checks each job's settings against each GPU, before
+selects (``launching.scheduling`` then checks each job's settings against each GPU, before
 the supervisor, ``orchestrator.launching.supervisor``, sends any work). ``device.gpus`` is a job's
 *route*, not part of the machine: jobs that name different GPUs (the stability sweeper pins each
 search to its GPU by UUID) share one pool, and each slot (``orchestrator.launching.slot.Slot``)
@@ -35,9 +35,10 @@ from typing import Any
 
 from orchestrator import interrupt
 from orchestrator.errors import UserError
-from orchestrator.launching.admit import refuse_duplicates
 from orchestrator.launching.pool_join import EarlyStart
 from orchestrator.launching.ray_calls import first_line, join_ray, keeping_sigterm_handler, kill
+from orchestrator.launching.scheduling import refuse_duplicates
+from orchestrator.launching.settings import LaunchSettings
 from orchestrator.launching.slot import Call, Slot, SlotState, SlotStateError, selection_key
 from orchestrator.measuring.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker, WorkerInfo
 from orchestrator.results.jobs import PER_JOB_KEYS, machine_key
@@ -53,13 +54,15 @@ class GpuPool(EarlyStart):
     """The workers of one machine (one ``device`` config) on a local Ray instance or a cluster.
 
     Args:
-        settings: the launcher's settings (``orchestrator.launching.launch.LaunchSettings``).
+        settings: the launcher's settings (``orchestrator.launching.settings.LaunchSettings``).
         device: the sweep's resolved ``device`` config (its settings and ``gpus`` are ignored).
         selections: the ``device.gpus`` values of the jobs it will run; it keeps every GPU that
             one of them selects.
     """
 
-    def __init__(self, settings: Any, device: dict[str, Any], selections: list[Any]) -> None:
+    def __init__(
+        self, settings: LaunchSettings, device: dict[str, Any], selections: list[Any]
+    ) -> None:
         self.settings = settings
         self.device = {k: (None if k in PER_JOB_KEYS else v) for k, v in device.items()}
         self.selections = {selection_key(g): g for g in selections}
@@ -457,7 +460,8 @@ _pool: GpuPool | None = None
 
 
 def get_pool(
-    settings: Any, device: dict[str, Any], selections: list[Any], note: Callable[[str], None]
+    settings: LaunchSettings, device: dict[str, Any], selections: list[Any],
+    note: Callable[[str], None],
 ) -> GpuPool:
     """The process's pool for this machine and these settings (started once, then reused).
 

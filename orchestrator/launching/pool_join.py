@@ -25,6 +25,7 @@ from orchestrator.launching.ray_calls import first_line, kill
 from orchestrator.launching.slot import Slot, selection_key
 
 if TYPE_CHECKING:
+    from orchestrator.launching.settings import LaunchSettings
     from orchestrator.measuring.worker import WorkerInfo
 
 
@@ -32,7 +33,7 @@ class EarlyStart:
     """The joining workers of a ``GpuPool`` (which provides ``settings``, ``selections``,
     ``slots``, ``spawn``, ``next_deadline`` and the per-node GPU counts)."""
 
-    settings: Any
+    settings: LaunchSettings
     selections: dict[str, Any]
     slots: list[Slot]
     _node_gpus: dict[str | None, int]

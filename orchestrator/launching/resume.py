@@ -1,4 +1,10 @@
-"""The result stores a batch writes, and which of its trials they already hold (resume).
+"""Resume: which of a sweep's trials its stores already hold, and which run again.
+
+Every rule of resume lives here: the retry policy (``RETRY_POLICIES``, ``hydra.launcher.retry``)
+and what one trial's stored rows mean (``resume_of``: run it, as which attempt, or let its rows
+stand), asked of a store in one keyed query (``resume_trials``, also what a single ``dvfs sweep``
+uses); a re-run with nothing to run, answered without Ray or a GPU (``already_stored``); and the
+stores a launched batch writes (``BatchStores``), with the GPUs each has recorded.
 
 A trial is keyed by its job and its GPU (``JobSpec.trial_key``), so resume must ask the store
 about the right GPUs. With ``placement=any`` a job is done when *any* GPU holds its trial, and
@@ -13,15 +19,141 @@ fleet survey wants the trial on each of them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator.launching.batch import Job, launcher_meta
-from orchestrator.launching.slot import Slot, selection_key
-from orchestrator.results.jobs import record_sweep, resume_trials
+from orchestrator.errors import UserError
+from orchestrator.results.jobs import record_sweep
+from orchestrator.results.rows import JobResult, Status, attempt_of
+from orchestrator.results.store import STORE_FILENAME, ResultStore
 
-EVERY_GPU = selection_key(None)
+if TYPE_CHECKING:
+    from orchestrator.launching.batch import Job, JobStream
+    from orchestrator.launching.settings import LaunchSettings
+    from orchestrator.launching.slot import Slot
+    from orchestrator.progress import Progress
+
+
+# --- one trial ----------------------------------------------------------------------------------
+RETRY_POLICIES = ("never", "not_measured", "failed")
+"""Which stored trials a re-run runs again (``hydra.launcher.retry``): ``never``; those whose
+latest attempt measured nothing (``not_measured``, the default: a GPU that was unhealthy, a
+worker killed from outside); or those whose latest attempt is not all ok (``failed``)."""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What a sweep does with one trial, given what its store holds.
+
+    Attributes:
+        run: run the trial now; else ``rows`` stand for it.
+        attempt: the attempt number a run now gets (1 + the latest stored; 1 for a new trial).
+        rows: the rows of its latest complete attempt (None: none stored).
+    """
+
+    run: bool
+    attempt: int = 1
+    rows: list[dict[str, Any]] | None = None
+
+
+def resume_of(rows: Sequence[Mapping[str, Any]], repeats: int, retry: str) -> Resume:
+    """What to do with a trial whose stored rows (every attempt) are ``rows``.
+
+    An attempt is complete with a row for every one of ``repeats``; an incomplete latest attempt
+    (the store filled up half-way) runs again whatever the policy, as a new attempt.
+    """
+    if not rows:
+        return Resume(run=True)
+    latest = max(attempt_of(r) for r in rows)
+    last = [dict(r) for r in rows if attempt_of(r) == latest]
+    if {r["repeat"] for r in last} < set(range(repeats)):
+        return Resume(run=True, attempt=latest + 1)
+    statuses = {r.get("status") for r in last}
+    again = {
+        "never": False,
+        "not_measured": Status.NOT_MEASURED in statuses,
+        "failed": statuses != {Status.OK},
+    }[retry]
+    return Resume(run=again, attempt=latest + 1, rows=last)
+
+
+def resume_trials(
+    store: ResultStore, keys: Iterable[str], repeats: int, retry: str = "not_measured"
+) -> dict[str, Resume]:
+    """Resume: what to do with each trial key, from one keyed store query (``rows_for``).
+
+    Args:
+        store: the sweep's ``ResultStore``.
+        keys: the trial keys of the jobs about to run.
+        repeats: windows per trial (a complete attempt has a row for each).
+        retry: one of :data:`RETRY_POLICIES`.
+    """
+    if retry not in RETRY_POLICIES:
+        raise UserError(f"retry={retry!r} is not one of: {', '.join(RETRY_POLICIES)}")
+    keys = list(dict.fromkeys(keys))
+    found = store.rows_for(keys)
+    return {k: resume_of(found.get(k, []), repeats, retry) for k in keys}
+
+
+# --- a batch -----------------------------------------------------------------------------------
+def launcher_meta(settings: LaunchSettings, slots: list[Slot]) -> dict[str, Any]:
+    """The store's ``launcher`` meta item: how the sweep reached which GPUs (a re-run reads the
+    GPUs to find stored trials by, ``already_stored``; the report names them)."""
+    placement = settings.placement
+    return {
+        "name": "ray_gpus",
+        "address": settings.address,
+        "placement": list(placement) if isinstance(placement, tuple) else placement,
+        "gpus": [{"uuid": s.uuid, "host": s.info.host, "node_id": s.node_id} for s in slots],
+    }
+
+
+def already_stored(
+    jobs: JobStream, settings: LaunchSettings, progress: Progress
+) -> list[JobResult] | None:
+    """Each job's stored result when a re-run has nothing to run, found without Ray or a GPU.
+
+    A job of ``placement=any`` is done when one of the GPUs its store's last launch recorded holds
+    its trial, and the retry policy does not run it again. One keyed query per store and chunk.
+
+    Returns:
+        Each job's ``JobResult``, in order; None when some trial has to run or the stores cannot
+        tell without the pool (a new store, ``placement=every`` or a list, ``device.gpus``).
+    """
+    if settings.placement != "any" or any(g is not None for g in jobs.selections):
+        return None
+    if not all((d / STORE_FILENAME).exists() for d in jobs.store_dirs):
+        return None
+    stores = {d: ResultStore(d, readonly=True) for d in jobs.store_dirs}
+    try:
+        uuids = {d: [g["uuid"] for g in (s.get_meta("launcher") or {}).get("gpus", [])]
+                 for d, s in stores.items()}
+        results: list[JobResult] = []
+        while not jobs.exhausted and all(uuids.values()):
+            chunk = jobs.take(500)
+            found: dict[str, Any] = {}
+            for group in {(j.store_dir, j.repeats) for j in chunk}:
+                d, repeats = group
+                keys = [j.spec.trial_key(u) for j in chunk if (j.store_dir, j.repeats) == group
+                        for u in uuids[d]]
+                found.update(resume_trials(stores[d], keys, repeats, settings.retry))
+            for job in chunk:
+                done = [found[k] for k in (job.spec.trial_key(u) for u in uuids[job.store_dir])
+                        if k in found and not found[k].run]
+                if not done:
+                    jobs.rewind()
+                    return None
+                results.append(JobResult.of(done[0].rows, job.spec.objective_name))
+    finally:
+        for s in stores.values():
+            s.close()
+    if len(results) < jobs.total:
+        jobs.rewind()
+        return None
+    progress.trial_skipped(len(results))
+    return results
 
 
 def merge_gpus(meta: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
@@ -39,7 +171,7 @@ class BatchStores:
         settings: the launcher settings (placement, retry, address).
     """
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: LaunchSettings) -> None:
         self.settings = settings
         self.every = settings.placement == "every"
         self.open: dict[Path, Any] = {}
@@ -47,8 +179,6 @@ class BatchStores:
 
     def of(self, job: Job, slots: list[Slot]) -> Any:
         """The store ``job`` writes to, opened (and its meta written) the first time."""
-        from orchestrator.results.store import ResultStore
-
         store = self.open.get(job.store_dir)
         if store is None:
             store = self.open[job.store_dir] = ResultStore(job.store_dir)
@@ -73,7 +203,7 @@ class BatchStores:
         """The GPUs whose stored trial of ``job`` counts: the pool's that may run it, and for a job
         of ``placement=any`` over every GPU, those the store recorded before."""
         uuids = [s.uuid for s in slots if s.runs(job)]
-        if not self.every and job.gpus_key == EVERY_GPU:
+        if not self.every and job.device.get("gpus") is None:
             uuids += [u for u in self.recorded.get(job.store_dir, ()) if u not in uuids]
         return uuids
 

@@ -2,7 +2,7 @@
 
 It deals each job to the next free GPU (``placement=any``, or one of a list of GPU UUIDs), or to
 every GPU (``every``: a fleet survey), among those the job's ``device.gpus`` selects
-(``orchestrator.launching.job_queue``). A busy GPU is sent its next trial too (``queue_ahead``): Ray
+(``launching.scheduling``). A busy GPU is sent its next trial too (``queue_ahead``): Ray
 runs an actor's calls in order, so it starts as the last returns, without a round trip through the
 driver (Ray Data's actor pools keep several tasks in flight per actor for the same reason).
 Results are handled **as they finish** (``ray.wait``): each row is written to the store on the
@@ -41,10 +41,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import interrupt
-from orchestrator.launching.job_queue import JobQueue
 from orchestrator.launching.pool import GpuPool
 from orchestrator.launching.ray_calls import first_line, kill
 from orchestrator.launching.resume import BatchStores
+from orchestrator.launching.scheduling import JobQueue, share_while_starting
 from orchestrator.launching.slot import Call, Slot, SlotState
 from orchestrator.progress import Progress, summarise
 from orchestrator.results.rows import JobResult, Status, failure_rows
@@ -203,23 +203,15 @@ class Supervisor:
         if ahead and not (self.queue_ahead and slot.may_queue):
             return
         live = [s for s in self.pool.slots if s.live] if ahead else None
-        job = self.queue.take(slot, share=self._share(), ahead_among=live)
+        share = share_while_starting(self.pool.slots, filling=self.pool.filling,
+                                     expected=self.pool.expected, total=self.jobs.total)
+        job = self.queue.take(slot, share=share, ahead_among=live)
         if job is None:
             return
         deadline = time.monotonic() + job.timeout_s
         attempt = self._attempt(job, slot)
         self.pool.call(slot, Call.RUN, job.spec, job.sweep_id, attempt, deadline=deadline, job=job)
         self._show(slot)
-
-    def _share(self) -> int | None:
-        """While workers are still joining or warming up, the most jobs a GPU takes: its share
-        of the batch (the jobs over the workers, at least one), so a short sweep leaves work for
-        the GPUs that come up late; None (no limit) once all are up."""
-        starting = (SlotState.IDENTIFIED, SlotState.ACQUIRING, SlotState.WARMING)
-        if not self.pool.filling and not any(s.state in starting for s in self.pool.slots):
-            return None
-        workers = self.pool.expected if self.pool.filling else len(self.pool.slots)
-        return max(1, self.jobs.total // max(workers, 1))
 
     def _attempt(self, job: Job, slot: Slot) -> int:
         """The attempt number of ``job``'s trial on the slot's GPU."""
@@ -260,7 +252,7 @@ class Supervisor:
 
     def _on_join(self, ref: Any) -> None:
         """A worker of an early-started pool is up: a new GPU, once it admits the batch."""
-        from orchestrator.launching.admit import refusals
+        from orchestrator.launching.scheduling import refusals
 
         slot = self.pool.join(ref)
         if slot is None:

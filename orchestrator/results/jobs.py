@@ -10,8 +10,8 @@ sweep they belong to. Everything derived from it lives here, once, for both ways
 - the settings request the guard checks and applies, and the one-line label of a job;
 - the machine key: which jobs may share one simulated machine or one pool of workers (the device
   config less the keys a job may set or route by);
-- the sweep id, the ``sweep`` meta item, and resume (``resume_trials``: one keyed store query,
-  and the retry policy that decides which stored trials run again, as a new attempt).
+- the sweep id and the ``sweep`` meta item (resume, which stored trials run again, is
+  ``launching/resume.py``'s).
 
 A user's mistake (a typo'd choice, an unsupported size, a bad inject spec) is a ``UserError``
 raised by ``JobSpec.from_config`` before anything touches a device.
@@ -23,7 +23,7 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -271,65 +271,3 @@ def record_sweep(store: Any, job: JobSpec) -> None:
             "sweep",
             {"store_dir": str(job.store_dir), "started_at": time.time(), "config": job.resolved},
         )
-
-
-RETRY_POLICIES = ("never", "not_measured", "failed")
-"""Which stored trials a re-run runs again (``hydra.launcher.retry``): ``never``; those whose
-latest attempt measured nothing (``not_measured``, the default: a GPU that was unhealthy, a
-worker killed from outside); or those whose latest attempt is not all ok (``failed``)."""
-
-
-@dataclass(frozen=True)
-class Resume:
-    """What a sweep does with one trial, given what its store holds.
-
-    Attributes:
-        run: run the trial now; else ``rows`` stand for it.
-        attempt: the attempt number a run now gets (1 + the latest stored; 1 for a new trial).
-        rows: the rows of its latest complete attempt (None: none stored).
-    """
-
-    run: bool
-    attempt: int = 1
-    rows: list[dict[str, Any]] | None = None
-
-
-def resume_of(rows: Sequence[Mapping[str, Any]], repeats: int, retry: str) -> Resume:
-    """What to do with a trial whose stored rows (every attempt) are ``rows``.
-
-    An attempt is complete with a row for every one of ``repeats``; an incomplete latest attempt
-    (the store filled up half-way) runs again whatever the policy, as a new attempt.
-    """
-    from orchestrator.results.rows import Status, attempt_of
-
-    if not rows:
-        return Resume(run=True)
-    latest = max(attempt_of(r) for r in rows)
-    last = [dict(r) for r in rows if attempt_of(r) == latest]
-    if {r["repeat"] for r in last} < set(range(repeats)):
-        return Resume(run=True, attempt=latest + 1)
-    statuses = {r.get("status") for r in last}
-    again = {
-        "never": False,
-        "not_measured": Status.NOT_MEASURED in statuses,
-        "failed": statuses != {Status.OK},
-    }[retry]
-    return Resume(run=again, attempt=latest + 1, rows=last)
-
-
-def resume_trials(
-    store: Any, keys: Iterable[str], repeats: int, retry: str = "not_measured"
-) -> dict[str, Resume]:
-    """Resume: what to do with each trial key, from one keyed store query (``rows_for``).
-
-    Args:
-        store: the sweep's ``ResultStore``.
-        keys: the trial keys of the jobs about to run.
-        repeats: windows per trial (a complete attempt has a row for each).
-        retry: one of :data:`RETRY_POLICIES`.
-    """
-    if retry not in RETRY_POLICIES:
-        raise UserError(f"retry={retry!r} is not one of: {', '.join(RETRY_POLICIES)}")
-    keys = list(dict.fromkeys(keys))
-    found = store.rows_for(keys)
-    return {k: resume_of(found.get(k, []), repeats, retry) for k in keys}

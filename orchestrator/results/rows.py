@@ -16,7 +16,7 @@ Three rules live here because everything downstream must agree on them:
   (``device_error``) or ``circumstances``: ``not_measured``, a trial that measured nothing
   because of what happened around it (its GPU was unhealthy before it began, its worker died
   from outside before its first kernel call or its node was lost). A not-measured row is a
-  record, not a result: a re-run measures it again (``jobs.resume_trials``), the search takes it
+  record, not a result: a re-run measures it again (``launching.resume``), the search takes it
   as no evidence, and the report lists it as not measured, apart from every failure.
 - ``validity``: whether a measured window shows what was asked (the clock locked, no thermal
   throttling, enough energy-counter updates). An invalid row is kept and flagged, never mixed

@@ -1,4 +1,4 @@
-"""Which job a GPU runs next (``orchestrator.launching.job_queue``), on real slots without Ray."""
+"""Which job a GPU runs next (``orchestrator.launching.scheduling``), on real slots without Ray."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from support import sim_slot
 
-from orchestrator.launching.job_queue import JobQueue
+from orchestrator.launching.scheduling import JobQueue
 from orchestrator.launching.slot import Slot, selection_key
 
 ALL = selection_key(None)  # device.gpus unset: every GPU

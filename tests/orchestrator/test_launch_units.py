@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.errors import DeviceNotFoundError, UserError
 from orchestrator.launching.batch import distinct_overrides
-from orchestrator.launching.launch import LaunchSettings
+from orchestrator.launching.settings import LaunchSettings
 from orchestrator.measuring import inject
 from orchestrator.measuring.worker import gpu_uuid_for, pci_order_key
 from orchestrator.progress import Progress, format_duration

@@ -11,13 +11,12 @@ from omegaconf import OmegaConf
 from orchestrator.config import compose
 from orchestrator.devices.base import DeviceIdentity
 from orchestrator.errors import UserError
+from orchestrator.launching.resume import resume_of, resume_trials
 from orchestrator.results.jobs import (
     PER_JOB_KEYS,
     JobSpec,
     machine_key,
     record_sweep,
-    resume_of,
-    resume_trials,
     sweep_id_for,
     trial_key,
 )

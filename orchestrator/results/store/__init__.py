@@ -14,7 +14,7 @@ A sweep keeps its results in ``<sweep_dir>/trials.sqlite``, an SQLite database i
   committed so far.
 - **Idempotent re-runs, every attempt kept.** ``(trial_key, repeat, attempt)`` is UNIQUE: an
   attempt is never stored twice (the second ``put`` returns ``False``), and a trial run again
-  (``jobs.resume_trials``) is a new attempt beside the earlier ones: no row is ever rewritten.
+  (``launching.resume``) is a new attempt beside the earlier ones: no row is ever rewritten.
 - **Several writers.** Writer processes are serialised by SQLite's own file locking; each waits
   up to ``busy_timeout_s`` for the lock instead of failing, so no row is lost.
 - **No pickle.** A row is stored as JSON text (plus a few indexed columns), readable by any

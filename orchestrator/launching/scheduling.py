@@ -1,12 +1,17 @@
-"""Which job a GPU runs next: the batch's jobs waiting for a GPU, and the rules that deal them.
+"""Which job runs next on which GPU: admission, the queue, and the shares while workers join.
 
-The supervisor (``orchestrator.launching.supervisor``) moves jobs from the batch's stream into a
-``JobQueue`` as the GPUs need them, and asks it, one GPU at a time, for that GPU's next job:
+Every rule of scheduling lives here. **Admission** comes first: before any trial, every distinct
+``device`` config of the batch's checked jobs (the first job with each distinct value,
+``batch.JobStream.check``) goes to each GPU's worker, which checks it against that GPU's policy
+and supported values and changes nothing (``refusals``, ``GpuWorker.check``); and the pool admits
+each GPU once (``refuse_duplicates``). Then the supervisor (``launching/supervisor.py``) moves
+jobs from the batch's stream into a ``JobQueue`` as the GPUs need them, and asks it, one GPU at a
+time, for that GPU's next job:
 
 - placement ``any`` or a list of GPUs: one queue for all GPUs, each taking the first job its
   ``device.gpus`` selects; ``every``: a queue per GPU (each job once on each GPU);
 - while workers are still joining or warming up, a GPU takes at most its share of the batch
-  (``share``, the supervisor's figure): a short sweep leaves work for the GPUs that come up late;
+  (``share_while_starting``): a short sweep leaves work for the GPUs that come up late;
 - a busy GPU may take one job to run after its trial (``queue_ahead``): from its own queue, or
   from the shared one only while at least as many jobs wait as there are live GPUs that may run
   it, so the last jobs go to whichever GPU is free first, never behind a busy one (a job pinned
@@ -14,20 +19,25 @@ The supervisor (``orchestrator.launching.supervisor``) moves jobs from the batch
 - a job given back (sent, but its worker died or its GPU was retired before running it) goes to
   the front of its queue.
 
-It imports neither Ray nor a framework, and sends nothing.
+The queue imports neither Ray nor a framework, and sends nothing; admission asks the workers.
 """
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from orchestrator.errors import UserError
+from orchestrator.launching.slot import SlotState
 
 R = TypeVar("R")  # a stored trial's result (``rows.JobResult``)
 
 if TYPE_CHECKING:
     from orchestrator.launching.batch import Job
     from orchestrator.launching.slot import Slot
+    from orchestrator.measuring.worker import WorkerInfo
 
 
 class JobQueue:
@@ -140,3 +150,74 @@ class JobQueue:
                 self.shared.remove(job)
                 found.append((job, selecting))
         return found
+
+def share_while_starting(
+    slots: list[Slot], *, filling: bool, expected: int, total: int
+) -> int | None:
+    """While workers are still joining or warming up, the most jobs a GPU takes: its share of the
+    batch (the jobs over the workers, at least one), so a short sweep leaves work for the GPUs
+    that come up late; None (no limit) once all are up.
+
+    Args:
+        slots: the pool's GPUs so far.
+        filling: workers are still joining the pool (``GpuPool.filling``).
+        expected: the workers started, joined or not (``GpuPool.expected``).
+        total: the batch's jobs.
+    """
+    starting = (SlotState.IDENTIFIED, SlotState.ACQUIRING, SlotState.WARMING)
+    if not filling and not any(s.state in starting for s in slots):
+        return None
+    workers = expected if filling else len(slots)
+    return max(1, total // max(workers, 1))
+
+
+# --- admission ---------------------------------------------------------------------------------
+def refusals(slots: list[Slot], jobs: list[Any]) -> list[str]:
+    """Each (job, GPU) the GPU refuses, as a one-line message; empty when all are admitted.
+
+    Args:
+        slots: the GPUs to ask (those not live are skipped).
+        jobs: the jobs (``batch.Job``) whose settings to check; each on the GPUs it may run on.
+    """
+    import ray
+
+    unique: dict[str, dict[str, Any]] = {}
+    for j in jobs:
+        unique.setdefault(_key(j), j.device)
+    refused: dict[str, list[tuple[Slot, str]]] = {}
+    live = [s for s in slots if s.live]
+    for slot, ref in [(s, s.actor.check.remote(list(unique.values()))) for s in live]:
+        try:
+            errs = ray.get(ref)
+        except ray.exceptions.RayActorError:
+            continue  # a worker being replaced; the supervisor sees to it
+        for key, err in zip(unique, errs):
+            if err is not None:
+                refused.setdefault(key, []).append((slot, err))
+    return [
+        f"job #{j.num} ({j.what}) on {slot.label} ({slot.uuid}): {err}"
+        for j in jobs
+        for slot, err in refused.get(_key(j), [])
+        if slot.runs(j)
+    ]
+
+
+def refuse_duplicates(infos: list[WorkerInfo]) -> None:
+    """Two workers that see one GPU (``worker.WorkerInfo`` s) cannot both be in the pool.
+
+    Raises:
+        UserError: naming the GPU, both hosts and both simulated machines.
+    """
+    seen: dict[str, Any] = {}
+    for info in infos:
+        other = seen.setdefault(info.uuid, info)
+        if other is not info:
+            raise UserError(
+                f"two workers see GPU {info.uuid} (hosts {other.host} and {info.host}, sim "
+                f"state {other.sim_state_dir} and {info.sim_state_dir}): on a simulated "
+                "cluster give each node its own DVFS_SIM_STATE_DIR and device.seed"
+            )
+
+
+def _key(job: Any) -> str:
+    return json.dumps(job.device, sort_keys=True, default=str)
