@@ -31,13 +31,14 @@ FLOORS: dict[int, tuple[str, ...]] = {
         "orchestrator.results.store", "orchestrator.results.provenance",
         "orchestrator.realgpu.measured", "orchestrator.realgpu.check_summary",
         "orchestrator.launching.ray_calls", "orchestrator.launching.estimate",
-        "orchestrator.measuring.phases"),
+        "orchestrator.measuring.phases", "orchestrator.testing",
+        "orchestrator.testing.chaos_watch"),
     2: ("orchestrator.measuring.guard", "orchestrator.measuring.policy",
         "orchestrator.measuring.journal", "orchestrator.measuring.meter",
         "orchestrator.measuring.inject", "orchestrator.measuring.window",
         "orchestrator.measuring.trial_trace", "orchestrator.measuring.thermal",
         "orchestrator.launching.sweep_lock", "orchestrator.realgpu.calibrate",
-        "orchestrator.realgpu.readings"),
+        "orchestrator.realgpu.readings", "orchestrator.testing.chaos"),
     3: ("orchestrator.results.jobs", "orchestrator.results.rows", "analysis",
         "orchestrator.search", "orchestrator.launching.compose"),
     4: ("orchestrator.measuring.trial", "orchestrator.measuring.session",
@@ -66,7 +67,7 @@ def package_files() -> list[Path]:
     return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
 
 
-WINGS = ("launching", "measuring", "results", "realgpu")
+WINGS = ("launching", "measuring", "results", "realgpu", "testing")
 """The folders of ``orchestrator`` whose modules are rooms each (a wing groups rooms)."""
 
 

@@ -180,7 +180,7 @@ def _listening_ports(pids: set[int]) -> set[tuple[str, int]]:
 
 
 def _descendants(pid: int) -> set[int]:
-    from scripts.chaos_watch import descendants  # as the chaos run finds a sweep's processes
+    from orchestrator.testing.chaos_watch import descendants  # as the chaos run finds them
 
     return {pid, *descendants(pid)}
 
@@ -236,6 +236,6 @@ def test_the_local_ray_a_sweep_starts_listens_on_loopback_only_with_no_dashboard
 
 
 def _cmd(pid: int) -> str:
-    from scripts.chaos_watch import cmdline
+    from orchestrator.testing.chaos_watch import cmdline
 
     return cmdline(pid)

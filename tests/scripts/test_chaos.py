@@ -72,7 +72,12 @@ def test_what_the_run_left_behind_holds_every_trial_once_and_no_gpu_changed(chao
     from orchestrator.devices.sim.profile import load_profile
     from orchestrator.devices.sim.state import Machine
     from orchestrator.results.store import ResultStore
-    from scripts.chaos import MAIN_CLOCKS, MAIN_WORKLOADS, SIDE_CLOCKS, SIDE_WORKLOADS
+    from orchestrator.testing.chaos import (
+        MAIN_CLOCKS,
+        MAIN_WORKLOADS,
+        SIDE_CLOCKS,
+        SIDE_WORKLOADS,
+    )
 
     root = Path(chaos["root"])
     grids = {"main": (MAIN_WORKLOADS, MAIN_CLOCKS), "side": (SIDE_WORKLOADS, SIDE_CLOCKS)}
@@ -133,7 +138,7 @@ def test_a_terminated_driver_restores_every_gpu_itself_and_exits_143(chaos):
 
 
 def test_a_ctrl_c_in_the_drivers_terminal_restores_every_gpu_and_exits_130_in_time(chaos):
-    from scripts.chaos import STOP_BOUND_S
+    from orchestrator.testing.chaos import STOP_BOUND_S
 
     for f in faults_of(chaos, "driver_sigint"):
         assert f["driver_rc"] == 130

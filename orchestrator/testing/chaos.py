@@ -63,10 +63,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from scripts.chaos_watch import (  # noqa: E402 - after the repository is on the path
+from orchestrator.testing.chaos_watch import (
     Driver,
     Sweep,
     alive,

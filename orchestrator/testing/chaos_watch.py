@@ -1,4 +1,4 @@
-"""What ``scripts/chaos.py`` watches: the processes of a sweep, and what each sweep must hold.
+"""What the chaos run (``chaos``) watches: the processes of a sweep, and what each sweep must hold.
 
 Kept apart from the chaos run itself (faults, recovery, the report) so that a test can find a
 sweep's processes the same way (``descendants``, ``cmdline``).
