@@ -25,7 +25,7 @@ ROW_KEYS = ("trial_key", "repeat", "workload", "framework", "device_name", "time
 
 def measured_dir() -> Path:
     """The project's folder of real-GPU runs (``data/measured``)."""
-    return Path(__file__).resolve().parent.parent / "data" / "measured"
+    return Path(__file__).resolve().parents[2] / "data" / "measured"
 
 
 @dataclass(frozen=True)
