@@ -37,11 +37,14 @@ import re
 import threading
 import time
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from kernels import frameworks as fw
-from kernels.spec import ITEMSIZE, KernelSpec, WorkCounts
+
+if TYPE_CHECKING:  # annotations only: kernels.spec imports this module for derived counts
+    from kernels.spec import KernelSpec
 
 WorkKind = Literal["matmul", "conv", "elementwise"]
 """How a call's arithmetic runs: a call that convolves is ``conv``, else one that multiplies
@@ -146,30 +149,13 @@ def compiled_work(
     return work
 
 
-def derived_counts(
-    spec: KernelSpec, preset: str, dtype: str = "float32", variant: str | None = None
-) -> WorkCounts:
-    """The work of one call from XLA's cost analysis, for a workload without a ``count_fn``:
-    its JAX step compiled, or else its TensorFlow step compiled with XLA.
-
-    Raises:
-        RuntimeError: XLA could not compile it, so nothing can say what it does.
-    """
-    framework = "jax" if spec.jax_fn is not None else "tensorflow"
-    work = compiled_work(spec, framework, preset, dtype, "default", True, variant)
-    if work.source == "analytic":
-        raise RuntimeError(f"workload {spec.name!r} has no count_fn and XLA could not derive "
-                           f"its work: {work.note}")
-    return WorkCounts(work.flops, work.bytes_moved)
-
-
 def _analyse(
     spec: KernelSpec, framework: str, where: tuple[str, str], dtype: str, precision: str,
     xla: bool,
 ) -> CompiledWork:
     preset, variant = where
     size = spec.sizes[preset][variant]
-    counts = None if spec.count_fn is None else spec.count_fn(size, ITEMSIZE[dtype])
+    counts = None if spec.count_fn is None else spec.counts(preset, dtype, variant)
     source = "xla_cost_analysis" if xla else "tf_graph_ops"
     start = time.perf_counter()
     try:
@@ -178,7 +164,7 @@ def _analyse(
         elif xla:
             counted = _tf_xla_work(spec, size, dtype, precision)
         else:
-            known = counts or derived_counts(spec, preset, dtype, variant)
+            known = counts or spec.counts(preset, dtype, variant)  # derived from JAX or XLA
             counted = _tf_graph_work(spec, size, dtype, precision)._replace(flops=known.flops)
     except Exception as e:  # noqa: BLE001 - any failure of a source falls back, and says why
         if counts is None:
@@ -389,14 +375,18 @@ def _tensor_bytes(tensor: Any) -> float:
 
 
 # --- the table in docs/simulator.md ---------------------------------------------------------
-def work_table(preset: str = "gpu", dtype: str = "float32") -> str:
-    """A Markdown table of every workload's compiled work per framework at ``preset``.
+def work_table(specs: Iterable[KernelSpec], preset: str = "gpu", dtype: str = "float32") -> str:
+    """A Markdown table of each workload's compiled work per framework at ``preset``.
 
     Columns: GFLOP, GB and launches per call for JAX, TF graph and TF+XLA, and the TF graph's
-    bytes and launches over JAX's. Run ``python -m kernels.cost`` to print it.
-    """
-    from kernels.registry import WORKLOADS
+    bytes and launches over JAX's. Run ``python -m kernels.cost`` to print it for the
+    registry's workloads.
 
+    Args:
+        specs: the workloads, one row each.
+        preset: the size preset to analyse.
+        dtype: a dtype name.
+    """
     routes = (
         ("JAX", "jax", True), ("TF graph", "tensorflow", False), ("TF+XLA", "tensorflow", True)
     )
@@ -404,7 +394,7 @@ def work_table(preset: str = "gpu", dtype: str = "float32") -> str:
     head += [f"{name} GFLOP / GB / launches" for name, _, _ in routes]
     head += ["TF graph / JAX: bytes, launches"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for spec in WORKLOADS.values():
+    for spec in specs:
         counts = spec.counts(preset, dtype)
         works = [compiled_work(spec, fw_, preset, dtype, xla=xla) for _, fw_, xla in routes]
         cells = [spec.name, f"{counts.flops / 1e9:.4g} / {counts.bytes_moved / 1e9:.3g}"]
@@ -422,5 +412,7 @@ def work_table(preset: str = "gpu", dtype: str = "float32") -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    print(work_table())
+if __name__ == "__main__":  # run as a program, never on import: the registry imports this
+    from kernels.registry import WORKLOADS
+
+    print(work_table(WORKLOADS.values()))

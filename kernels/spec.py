@@ -27,6 +27,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
+from kernels.cost import compiled_work
+
 Peak = Literal["fp32", "tf32", "bf16", "fp16", "fp64"]
 Unit = Literal["TFLOP/s", "GB/s", "samples/s", "tokens/s"]
 UNITS: tuple[str, ...] = ("TFLOP/s", "GB/s", "samples/s", "tokens/s")
@@ -229,10 +231,22 @@ class KernelSpec:
         """
         variant = self.validate(preset, dtype, "default", variant)
         if self.count_fn is None:
-            from kernels.cost import derived_counts
-
-            return derived_counts(self, preset, dtype, variant)
+            return self._derived_counts(preset, dtype, variant)
         return self.count_fn(self.sizes[preset][variant], ITEMSIZE[dtype])
+
+    def _derived_counts(self, preset: str, dtype: str, variant: str) -> WorkCounts:
+        """The work of one call from XLA's cost analysis, for a workload without a ``count_fn``:
+        its JAX step compiled, or else its TensorFlow step compiled with XLA.
+
+        Raises:
+            RuntimeError: XLA could not compile it, so nothing can say what it does.
+        """
+        framework = "jax" if self.jax_fn is not None else "tensorflow"
+        work = compiled_work(self, framework, preset, dtype, "default", True, variant)
+        if work.source == "analytic":
+            raise RuntimeError(f"workload {self.name!r} has no count_fn and XLA could not derive "
+                               f"its work: {work.note}")
+        return WorkCounts(work.flops, work.bytes_moved)
 
     def peak(self, dtype: str, precision: str = "default") -> Peak:
         """Name the compute roof that limits this workload in ``dtype`` and ``precision``.
