@@ -299,7 +299,7 @@ def _check_planted(planted: Any) -> None:
                 )
 
 
-def _resolve_all(cfg: Any) -> None:
+def _resolve_all(cfg: DvfsConfig) -> None:
     """Resolve every interpolation once, so a bad ``${...}`` is a UserError here, not later."""
     if not hasattr(cfg, "_get_node"):
         return  # a DvfsConfig instance: nothing to resolve
@@ -314,7 +314,7 @@ def _resolve_all(cfg: Any) -> None:
         raise err from e
 
 
-def _check_known_keys(cfg: Any) -> None:
+def _check_known_keys(cfg: DvfsConfig) -> None:
     """Refuse keys no schema has (Hydra's ``+key=value`` adds them even to a structured config)."""
     import dataclasses
 
@@ -336,8 +336,13 @@ def _check_known_keys(cfg: Any) -> None:
             )
 
 
-def validate_static(cfg: Any) -> None:
-    """Checks that need no device: choices, signs, counts. Raises UserError with one line."""
+def validate_static(cfg: DvfsConfig) -> None:
+    """Checks that need no device: choices, signs, counts. Raises UserError with one line.
+
+    Args:
+        cfg: a job's config: as Hydra composed it (a DictConfig the schema types, whose
+            interpolations and unknown keys are checked too) or a ``DvfsConfig``.
+    """
     _resolve_all(cfg)
     _check_known_keys(cfg)
     d, m = cfg.device, cfg.measure
@@ -356,7 +361,7 @@ def validate_static(cfg: Any) -> None:
         _check_cpu(d, m)
 
 
-def _check_bounds(cfg: Any) -> None:
+def _check_bounds(cfg: DvfsConfig) -> None:
     """Every bounded field of every section is in its range (``orchestrator.bounds``)."""
     check_fields("", cfg, DvfsConfig)
     check_fields("device.", cfg.device, DeviceConfig)
@@ -381,7 +386,7 @@ def group_options() -> dict[str, str]:
     return found
 
 
-def _check_paths(cfg: Any) -> None:
+def _check_paths(cfg: DvfsConfig) -> None:
     """A path key holds a path: not a boolean, not empty, not a config group's option name.
 
     ``store_dir=true`` made a directory named ``True`` and wrote the results there; ``store_dir=
@@ -420,7 +425,7 @@ def _check_sm_clock(value: Any) -> None:
                         "first, [min, max]")
 
 
-def _check_measure_counts(m: Any) -> None:
+def _check_measure_counts(m: MeasureConfig) -> None:
     """The window's call counts agree with each other."""
     if m.check_iters is not None and m.check_iters > m.max_iters:
         raise UserError(
@@ -434,8 +439,35 @@ def _check_measure_counts(m: Any) -> None:
 SETTINGS_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_mhz")
 """The ``device`` keys a trial asks the device to be set to."""
 
+PER_JOB_KEYS = (*SETTINGS_KEYS, "inject", "gpus")
+"""The ``device`` keys that the jobs of one machine (one pool of workers, one simulated machine)
+may differ in, and nothing else: what a trial sets, the fault it injects, which GPUs it runs on."""
 
-def _check_cpu(d: Any, m: Any) -> None:
+
+def to_device_config(device: DeviceConfig | Mapping[str, Any]) -> DeviceConfig:
+    """A ``device`` config as the schema's dataclass, converted once where it arrives untyped.
+
+    Args:
+        device: a ``DeviceConfig``; a DictConfig (typed by the schema, or not); or a plain
+            mapping of some of its keys (a resolved job's ``device``, a Ray message, a test's).
+
+    Raises:
+        TypeError: a key the schema does not have.
+    """
+    if isinstance(device, DeviceConfig):
+        return device
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(device, DictConfig):
+        if OmegaConf.get_type(device) is DeviceConfig:
+            typed = OmegaConf.to_object(device)
+            assert isinstance(typed, DeviceConfig)
+            return typed
+        device = OmegaConf.to_container(device, resolve=True)  # type: ignore[assignment]
+    return DeviceConfig(**device)
+
+
+def _check_cpu(d: DeviceConfig, m: MeasureConfig) -> None:
     """``device=cpu`` sets nothing, and has no power sensor to poll."""
     asked = [
         f"device.{k}={_show(getattr(d, k))}" for k in SETTINGS_KEYS if getattr(d, k) is not None
@@ -452,8 +484,11 @@ def _check_cpu(d: Any, m: Any) -> None:
         )
 
 
-def compose(overrides: list[str] | None = None, config_name: str = "config") -> Any:
+def compose(overrides: list[str] | None = None, config_name: str = "config") -> DvfsConfig:
     """Compose ``conf/`` with overrides, as ``dvfs sweep`` would (for the non-Hydra commands).
+
+    Returns:
+        The composed config: a DictConfig that the schema (``DvfsConfig``) types.
 
     Raises:
         UserError: a typo in a key, an unknown group option, a value of the wrong type.

@@ -29,9 +29,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config import DeviceConfig, to_device_config
 from orchestrator.devices.base import (
     ClockEventReason,
     Device,
@@ -67,10 +69,6 @@ SIM_STATE_ENV = "DVFS_SIM_STATE_DIR"
 JOURNAL_ENV = "DVFS_JOURNAL_DIR"
 
 
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    return cfg.get(key, default) if isinstance(cfg, dict) else getattr(cfg, key, default)
-
-
 def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -81,20 +79,16 @@ def _profile_name(name: Any) -> str:
     return resolve_profile_name(str(name))
 
 
-def _sim_spec(cfg: Any) -> dict[str, Any]:
-    planted = _get(cfg, "planted_thresholds")
-    if planted is not None and not isinstance(planted, dict):
-        from omegaconf import OmegaConf
-
-        planted = OmegaConf.to_container(planted, resolve=True)
+def _sim_spec(device: DeviceConfig) -> dict[str, Any]:
+    """The simulated machine a ``device`` config names (``sim.state.create_machine``'s keys)."""
     return {
-        "profiles": _profile_name(_get(cfg, "profile", "a100_sxm4_40gb")),
-        "count": int(_get(cfg, "count", 1)),
-        "seed": int(_get(cfg, "seed", 0)),
-        "privileged": bool(_get(cfg, "privileged", True)),
-        "planted": planted,
-        "scenario": _get(cfg, "scenario"),
-        "energy_update_period_s": _optional_float(_get(cfg, "energy_update_period_s")),
+        "profiles": _profile_name(device.profile),
+        "count": int(device.count),
+        "seed": int(device.seed),
+        "privileged": bool(device.privileged),
+        "planted": device.planted_thresholds,
+        "scenario": device.scenario,
+        "energy_update_period_s": _optional_float(device.energy_update_period_s),
     }
 
 
@@ -108,15 +102,19 @@ def _machine_name(spec: dict[str, Any]) -> str:
     return f"{profile.stem}x{spec['count']}-{digest}"
 
 
-def sim_state_dir(cfg: Any, *, join_existing: bool = False) -> Path:
+def sim_state_dir(
+    device: DeviceConfig | Mapping[str, Any], *, join_existing: bool = False
+) -> Path:
     """The simulated machine's state directory for this device config (see module docstring).
 
     Args:
+        device: the ``device`` config (a plain mapping is typed first: ``to_device_config``).
         join_existing: as :func:`open_backend`'s: where no machine of this config's spec is
             found, the machine already in the state directory is the one meant.
     """
-    explicit = _get(cfg, "state_dir") or os.environ.get(SIM_STATE_ENV)
-    spec = _sim_spec(cfg)
+    device = to_device_config(device)
+    explicit = device.state_dir or os.environ.get(SIM_STATE_ENV)
+    spec = _sim_spec(device)
     if explicit:
         from orchestrator.devices.sim.state import machine_dir
 
@@ -125,19 +123,23 @@ def sim_state_dir(cfg: Any, *, join_existing: bool = False) -> Path:
     return Path.home() / ".cache" / "dvfs" / "sim" / _machine_name(spec)
 
 
-def journal_dir(cfg: Any) -> Path:
+def journal_dir(device: DeviceConfig | Mapping[str, Any]) -> Path:
     """Where the guard's journal for this backend lives (see module docstring).
 
-    On the sim, the journal of the machine a process opening ``cfg`` uses: the machine of its
+    On the sim, the journal of the machine a process opening ``device`` uses: the machine of its
     spec where there is one, else the state directory's own (what ``dvfs restore``, a worker
     and the guard of a trial all mean; a journal of a machine not made yet is empty anyway).
+
+    Args:
+        device: the ``device`` config (a plain mapping is typed first: ``to_device_config``).
     """
-    explicit = _get(cfg, "journal_dir") or os.environ.get(JOURNAL_ENV)
+    device = to_device_config(device)
+    explicit = device.journal_dir or os.environ.get(JOURNAL_ENV)
     if explicit:
         return Path(explicit).expanduser().resolve()
-    backend = _get(cfg, "backend", "sim")
+    backend = device.backend
     if backend == "sim":
-        return sim_state_dir(cfg, join_existing=True) / "journal"
+        return sim_state_dir(device, join_existing=True) / "journal"
     name = "journal-cpu" if backend == "cpu" else "journal"
     if os.geteuid() == 0:
         return Path("/var/lib/dvfs") / name
@@ -148,11 +150,13 @@ CPU_ONLY_ENV = {"CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu"}
 """What a ``device=cpu`` process sets so that JAX and TensorFlow run its kernels on the host."""
 
 
-def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend | CpuBackend:
+def open_backend(
+    device: DeviceConfig | Mapping[str, Any], *, join_existing: bool = False
+) -> NvmlBackend | CpuBackend:
     """Initialise NVML (real or simulated), or the host CPU, for a ``device`` config.
 
     Args:
-        cfg: the ``device`` config (a DeviceConfig, DictConfig or dict).
+        device: the ``device`` config (a plain mapping is typed first: ``to_device_config``).
         join_existing: on the sim, use the machine of this spec in the state directory, else the
             one already there whatever its spec (``dvfs restore``, ``dvfs devices`` and a
             worker join; a sweep insists on its own spec, in ``machines/`` beside another).
@@ -160,7 +164,8 @@ def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend | CpuB
     Raises:
         UserError: an unknown backend or simulated profile, or no NVIDIA driver for ``nvml``.
     """
-    backend = _get(cfg, "backend", "sim")
+    device = to_device_config(device)
+    backend = device.backend
     if backend == "nvml":
         try:
             import pynvml
@@ -174,10 +179,10 @@ def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend | CpuB
         from orchestrator.devices.sim.state import MachineSpecError, create_machine
         from orchestrator.devices.sim.state_file import StateCorruptError
 
-        state = sim_state_dir(cfg, join_existing=join_existing)
+        state = sim_state_dir(device, join_existing=join_existing)
         if not (join_existing and (state / "machine.json").exists()):
             try:
-                create_machine(state, **_sim_spec(cfg))
+                create_machine(state, **_sim_spec(device))
             except ProfileError as e:
                 raise UserError(f"device.profile: {e}") from e
             except (MachineSpecError, StateCorruptError) as e:
@@ -186,7 +191,7 @@ def open_backend(cfg: Any, *, join_existing: bool = False) -> NvmlBackend | CpuB
         return SimBackend(sim_nvml, "sim")
     if backend == "cpu":
         os.environ.update(CPU_ONLY_ENV)
-        return CpuBackend(_get(cfg, "powercap_root"))
+        return CpuBackend(device.powercap_root)
     raise UserError(f"device.backend={backend!r} is not one of: sim, nvml, cpu")
 
 

@@ -9,19 +9,10 @@ that crosses the process boundary is a small frozen dataclass defined here (``Wo
 ``AcquireReply``, ``TrialReply``), so the driver reads attributes that a type checker knows, never
 dict keys.
 
-**Which GPU.** Ray gives a ``num_gpus=1`` actor one GPU id and sets ``CUDA_VISIBLE_DEVICES`` to it.
-An id that is a UUID (``GPU-...``, when the node's ``CUDA_VISIBLE_DEVICES`` listed UUIDs) names the
-GPU directly. A number is a CUDA ordinal in PCI bus order (the worker runs with
-``CUDA_DEVICE_ORDER=PCI_BUS_ID``), so it is resolved to the node's GPUs sorted by PCI bus id, and
-from then on the worker names its GPU by UUID only: NVML's own index is never trusted to match
-CUDA's. On the simulated GPU the local Ray instance declares one logical GPU per simulated GPU, and
-the same rule maps logical GPU ``k`` to the ``k``-th simulated GPU in PCI order. On ``device=cpu``
-it declares one logical GPU, which stands for the host CPU (the backend's one device, index 0).
-
-**Which machine.** On the simulated GPU a worker uses the simulated machine of its node: the
-``DVFS_SIM_STATE_DIR`` of its process (passed by the driver for a local Ray instance, inherited
-from ``ray start`` on a cluster node), joining the machine already there. So each node of a
-cluster has its own simulated GPUs, as each real node has its own GPUs.
+**Which GPU, which machine** (``orchestrator.devices.mapping``). Ray's GPU id (a CUDA ordinal in
+PCI bus order, or a UUID) is resolved to the node's GPU once, and from then on the worker names
+its GPU by UUID only. On the simulated GPU a worker joins its node's simulated machine (the
+``DVFS_SIM_STATE_DIR`` of its process), as each real node has its own GPUs.
 
 **Lifecycle.** ``identify`` (cheap; no lease) -> ``check`` (every job's settings against this GPU's
 policy and support, changing nothing) -> ``acquire`` (restore what a killed predecessor left
@@ -34,16 +25,22 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.config import DeviceConfig, to_device_config
+from orchestrator.devices import SIM_STATE_ENV
 from orchestrator.devices.base import DeviceIdentity
+from orchestrator.devices.mapping import gpu_uuid_for, node_device_config, node_devices
 from orchestrator.errors import DeviceLostError
 from orchestrator.measuring.journal import Journal
 from orchestrator.measuring.trial_trace import TrialTrace, clear_closing, closing
-from orchestrator.results.jobs import PER_JOB_KEYS
 
 if TYPE_CHECKING:
+    from orchestrator.measuring.session import GpuSession
+    from orchestrator.measuring.trial import TrialContext
     from orchestrator.results.jobs import JobSpec
 
 # Set in every worker before any framework initialises a device (see DESIGN: "Rules").
@@ -53,7 +50,6 @@ WORKER_ENV = {
     "TF_FORCE_GPU_ALLOW_GROWTH": "true",
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
-SIM_STATE_ENV = "DVFS_SIM_STATE_DIR"
 STOPPING = "not run: the sweep is stopping"  # a reply to a driver that marked the GPU closing
 
 # --- what a worker answers --------------------------------------------------------------------
@@ -147,82 +143,6 @@ class TrialReply:
         }
 
 
-# --- which GPU, which machine -----------------------------------------------------------------
-def pci_order_key(pci_bus_id: str) -> tuple[int, ...]:
-    """Sort key of a PCI bus id ``DDDDDDDD:BB:DD.F`` (CUDA's PCI_BUS_ID order)."""
-    text = pci_bus_id.strip().lower()
-    parts = text.replace(".", ":").split(":")
-    try:
-        return tuple(int(p, 16) for p in parts)
-    except ValueError:
-        return (1 << 62,)
-
-
-def node_devices(backend: Any) -> list[Any]:
-    """Every GPU of the node by NVML index: its ``Device``, or the index itself for a GPU that
-    has fallen off the bus (NVML refuses its handle, so nothing else of it can be read)."""
-    found: list[Any] = []
-    for index in range(backend.count()):
-        try:
-            found.append(backend.device(index=index))
-        except DeviceLostError:
-            found.append(index)
-    return found
-
-
-def gpu_uuid_for(devices: list[Any], ray_gpu_id: Any) -> str:
-    """The UUID of the GPU behind one Ray GPU id on this node.
-
-    Args:
-        devices: every ``Device`` of the node's backend, or (``node_devices``) the NVML index of
-            one that is lost: it keeps its index's place in the PCI order, as NVML lists GPUs in
-            PCI bus order.
-        ray_gpu_id: what ``ray.get_gpu_ids()`` gave this process: a CUDA ordinal (PCI bus order)
-            or a GPU UUID.
-
-    Raises:
-        DeviceNotFoundError: no such GPU on this node.
-        DeviceLostError: the ordinal is that of a GPU that has fallen off the bus.
-    """
-    from orchestrator.errors import DeviceNotFoundError
-
-    lost = [d for d in devices if isinstance(d, int)]
-    devices = [d for d in devices if not isinstance(d, int)]
-    text = str(ray_gpu_id)
-    if text.startswith(("GPU-", "MIG-")):
-        if any(d.identity.uuid == text for d in devices):
-            return text
-        raise DeviceNotFoundError(f"Ray gave this worker GPU {text}, which NVML does not list here")
-    ordered: list[Any] = sorted(devices, key=lambda d: pci_order_key(d.identity.pci_bus_id))
-    for index in lost:
-        ordered.insert(index, index)
-    k = int(float(text))
-    if not 0 <= k < len(ordered):
-        raise DeviceNotFoundError(
-            f"Ray gave this worker GPU {k}, but this node has {len(ordered)} GPU(s): declare no "
-            f"more GPUs to Ray (ray start --num-gpus) than the node has"
-        )
-    if isinstance(ordered[k], int):
-        raise DeviceLostError(f"Ray gave this worker GPU {k}, which has fallen off the bus")
-    return ordered[k].identity.uuid
-
-
-def node_device_cfg(device_cfg: Any) -> Any:
-    """The job's ``device`` config as this node sees it (its own simulated machine)."""
-    from omegaconf import DictConfig, OmegaConf
-
-    cfg = OmegaConf.create(
-        device_cfg if isinstance(device_cfg, dict) else OmegaConf.to_container(device_cfg)
-    )
-    assert isinstance(cfg, DictConfig)
-    if cfg.get("backend") == "sim" and os.environ.get(SIM_STATE_ENV):
-        cfg.state_dir = os.environ[SIM_STATE_ENV]
-    for key in PER_JOB_KEYS:
-        if key in cfg:
-            cfg[key] = None  # the machine, not a job's settings or route: one session for all
-    return cfg
-
-
 def _ray_node_id() -> str | None:
     """The Ray node this process runs on (None outside Ray)."""
     import ray
@@ -243,11 +163,14 @@ class GpuWorker:
     """The process that owns one GPU and runs its trials (made a Ray actor by ``pool.GpuPool``).
 
     Args:
-        device_cfg: the sweep's ``device`` config, as a plain dict.
+        device_cfg: the sweep's ``device`` config (a plain mapping, as the driver sends it, is
+            typed here: ``devices.mapping.node_device_config``).
         ray_gpu_id: which GPU; default: the one Ray assigned (``ray.get_gpu_ids()``).
     """
 
-    def __init__(self, device_cfg: dict[str, Any], ray_gpu_id: Any = None) -> None:
+    def __init__(
+        self, device_cfg: DeviceConfig | Mapping[str, Any], ray_gpu_id: str | int | None = None
+    ) -> None:
         for key, value in WORKER_ENV.items():
             os.environ.setdefault(key, value)
         from orchestrator.devices import open_backend
@@ -259,11 +182,11 @@ class GpuWorker:
             if not ids:
                 raise RuntimeError("this worker holds no GPU: create it with num_gpus=1")
             ray_gpu_id = ids[0]
-        self._cfg = node_device_cfg(device_cfg)
+        self._cfg = node_device_config(device_cfg)
         self._ray_gpu_id = ray_gpu_id
         self._backend = open_backend(self._cfg, join_existing=True)
-        self._session: Any = None  # orchestrator.measuring.session.GpuSession, from acquire on
-        self._ctx: Any = None
+        self._session: GpuSession | None = None  # from acquire on
+        self._ctx: TrialContext | None = None
         self._trials = 0
         self._lost: str | None = None  # its GPU fell off the bus: identify says so, nothing runs
         try:
@@ -292,7 +215,7 @@ class GpuWorker:
         restored = self._restore_dead_owner()
         dead_trace = trial_trace.take_trace(self._journal(), self.uuid)
         selected, select_errors = self._selected(selections)
-        sim = self._cfg.get("backend") == "sim"
+        sim = self._cfg.backend == "sim"
         return WorkerInfo(
             uuid=self.uuid,
             identity=DeviceIdentity(**asdict(self._device.identity)),
@@ -325,11 +248,11 @@ class GpuWorker:
                 errors.append(None)
         return tuple(selected), tuple(errors)
 
-    def check(self, device_cfgs: list[dict[str, Any]]) -> list[str | None]:
+    def check(self, device_cfgs: list[DeviceConfig | Mapping[str, Any]]) -> list[str | None]:
         """Every job's settings against this GPU's policy and support; changes nothing.
 
         Args:
-            device_cfgs: each job's resolved ``device`` config.
+            device_cfgs: each job's resolved ``device`` config (a plain mapping is typed first).
 
         Returns:
             One entry per job: None, or the one-line reason it is refused on this GPU.
@@ -339,18 +262,18 @@ class GpuWorker:
         from orchestrator.measuring.policy import load_policy
         from orchestrator.results.jobs import settings_request
 
-        guards: dict[tuple[Any, bool], SettingsGuard] = {}
+        guards: dict[tuple[str | None, bool], SettingsGuard] = {}
         errors: list[str | None] = []
         name = self._device.identity.name
         journal = Journal(self._journal())
-        for d in device_cfgs:
-            key = (d.get("policy_file"), bool(d.get("observe_only")))
+        for d in map(to_device_config, device_cfgs):
+            key = (d.policy_file, bool(d.observe_only))
             try:
                 if key not in guards:  # not entered: no lease, no journal entry, no change
                     guards[key] = SettingsGuard(
                         self._device, journal, load_policy(key[0], name), observe_only=key[1]
                     )
-                guards[key].check(settings_request(_Attrs(d)))
+                guards[key].check(settings_request(d))
                 errors.append(None)
             except UserError as e:
                 errors.append(str(e))
@@ -464,7 +387,7 @@ class GpuWorker:
             trials=self._trials,
         )
 
-    def _journal(self) -> Any:
+    def _journal(self) -> Path:
         """This node's journal directory: the guard's journal, trial traces, closing marks."""
         from orchestrator.devices import journal_dir
 
@@ -481,20 +404,10 @@ class GpuWorker:
                 clear_closing(self._journal(), self.uuid)
 
 
-class _Attrs:
-    """Attribute access over a plain dict (``settings_request`` reads ``cfg.sm_clock_mhz``...)."""
-
-    def __init__(self, d: dict[str, Any]) -> None:
-        self._d = d
-
-    def __getattr__(self, name: str) -> Any:
-        return self._d.get(name)
-
-
 class _OneGpuJournal(Journal):
     """A view of a node's journal that lists one GPU's entry only."""
 
-    def __init__(self, directory: Any, uuid: str) -> None:
+    def __init__(self, directory: Path, uuid: str) -> None:
         super().__init__(directory)
         self._uuid = uuid
 

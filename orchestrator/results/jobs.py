@@ -27,17 +27,21 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator.config import DvfsConfig, parse_sm_clock
+from orchestrator.config import (
+    PER_JOB_KEYS,  # the device keys the jobs of one machine may differ in
+    DeviceConfig,
+    DvfsConfig,
+    FrameworkConfig,
+    WorkloadConfig,
+    parse_sm_clock,
+)
 from orchestrator.errors import UserError
 from orchestrator.measuring.guard import SettingsRequest
 
-# Device keys that set what one trial does, and which GPU it runs on: the jobs of one machine (one
-# pool of workers, one simulated machine) may differ in these and nothing else.
-SETTING_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_limit_w", "clock_offset_mhz", "inject")
-ROUTING_KEYS = ("gpus",)
-PER_JOB_KEYS = (*SETTING_KEYS, *ROUTING_KEYS)
+if TYPE_CHECKING:
+    from kernels.spec import KernelSpec
 
 # Config keys that do not change what a trial measures (kept out of the trial key).
 _NON_IDENTITY_KEYS = ("store_dir", "quiet", "objective")
@@ -45,7 +49,7 @@ _NON_IDENTITY_KEYS = ("store_dir", "quiet", "objective")
 _NON_IDENTITY_DEVICE_KEYS = ("state_dir", "journal_dir", "gpus", "policy_file", "default_size")
 
 
-def settings_request(device_cfg: Any) -> SettingsRequest:
+def settings_request(device_cfg: DeviceConfig) -> SettingsRequest:
     """The settings a job's ``device`` config asks for."""
     return SettingsRequest(
         sm_clock_mhz=parse_sm_clock(device_cfg.sm_clock_mhz),
@@ -81,7 +85,7 @@ def config_hash(resolved: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def validate_workload(cfg: Any) -> Any:
+def validate_workload(cfg: DvfsConfig) -> KernelSpec:
     """Check workload x framework x size x dtype x precision against the kernel registry.
 
     A user's workload (``workload=custom workload.target=...``, or an entry point's name) is
@@ -132,7 +136,8 @@ def _sweep_id_of(store_dir: str) -> str:
 
 
 def describe_request(
-    workload: Any, framework: Any, request: SettingsRequest, name: str | None = None
+    workload: WorkloadConfig, framework: FrameworkConfig, request: SettingsRequest,
+    name: str | None = None,
 ) -> str:
     """A job's one-line label, e.g. ``gemm/jax float32 [sm=1065 MHz]`` (``name``: the
     workload's own, where ``workload.name`` is ``custom``)."""
@@ -155,7 +160,9 @@ class JobSpec:
     sweep_id: str = ""
 
     @classmethod
-    def from_config(cls, cfg: Any, default_store_dir: str | Path | None = None) -> JobSpec:
+    def from_config(
+        cls, cfg: DvfsConfig, default_store_dir: str | Path | None = None
+    ) -> JobSpec:
         """Validate a job's composed config (a DictConfig) and type it.
 
         Args:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.devices.mapping import gpu_uuid_for, pci_order_key
 from orchestrator.errors import DeviceNotFoundError, UserError
 from orchestrator.launching.batch import distinct_overrides
 from orchestrator.launching.settings import LaunchSettings
 from orchestrator.measuring import inject
-from orchestrator.measuring.worker import gpu_uuid_for, pci_order_key
 from orchestrator.progress import Progress, format_duration
 
 

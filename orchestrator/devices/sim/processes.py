@@ -20,8 +20,9 @@ the rest of the machine is:
   dropped at the next write of that GPU's state.
 
 Pids are the host's: a simulated machine's state directory belongs to one host (each Ray node
-has its own, ``worker.node_device_cfg``). Only compute contexts exist on the sim: the graphics
-and MPS lists are empty. Without ``/proc`` (not Linux) a pid that ``kill(pid, 0)`` finds is live.
+has its own, ``devices.mapping.node_device_config``). Only compute contexts exist on the sim: the
+graphics and MPS lists are empty. Without ``/proc`` (not Linux) a pid that ``kill(pid, 0)`` finds
+is live.
 """
 
 from __future__ import annotations
