@@ -29,11 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a file, the script's folder comes first, not the repo.
-    sys.path.insert(0, str(REPO))
-
-from kernels import build_kernel, check_outputs, get_spec, list_workloads  # noqa: E402
+from kernels import build_kernel, check_outputs, get_spec, list_workloads
 
 TARGETS = {("gemm", "jax"): 0.8, ("gemm", "tensorflow"): 0.8, ("stencil", "jax"): 0.5}
 

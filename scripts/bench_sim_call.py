@@ -29,11 +29,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from orchestrator.devices.base import KernelWork  # noqa: E402
-from orchestrator.devices.sim import nvml as sim  # noqa: E402
-from orchestrator.devices.sim.state import STATE_ENV, Machine, create_machine  # noqa: E402
+from orchestrator.devices.base import KernelWork
+from orchestrator.devices.sim import nvml as sim
+from orchestrator.devices.sim.state import STATE_ENV, Machine, create_machine
 
 
 def time_per_call_us(call: Callable[[int], object], calls: int, rounds: int) -> list[float]:

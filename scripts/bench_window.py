@@ -41,10 +41,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # run as a file, the script's folder comes first, not the repo.
-    sys.path.insert(0, str(REPO))
-
 TARGET_RATIO = 1.03
 
 

@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from orchestrator.devices.sim.calibration import AnchorResult, evaluate  # noqa: E402
+from orchestrator.devices.sim.calibration import AnchorResult, evaluate
 
 COLUMNS = ("source", "board", "sim profile", "kernel", "setting", "figure", "published",
            "accepted", "sim", "")
