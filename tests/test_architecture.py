@@ -50,7 +50,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
         "orchestrator.launching.supervisor", "orchestrator.launching.launch",
         "orchestrator.launching.batch", "orchestrator.launching.scheduling",
         "orchestrator.launching.pool_join"),
-    7: ("orchestrator.cli", "hydra_plugins"),
+    7: ("orchestrator.cli", "hydra_plugins", "orchestrator.testing.fuzz_cli"),
 }
 """Floor -> rooms, bottom up: the table of ``docs/architecture.md``."""
 FLOOR_OF = {room: floor for floor, rooms in FLOORS.items() for room in rooms}

@@ -51,8 +51,7 @@ def test_no_simulated_gpu_is_left_changed_and_no_journal_entry_is_left(fuzz):
 
 
 def test_a_traceback_a_second_line_and_a_hang_are_each_counted_as_failures():
-    sys.path.insert(0, str(REPO / "scripts"))
-    from fuzz_cli import verdict
+    from orchestrator.testing.fuzz_cli import verdict
 
     assert verdict([], {"rc": 2, "s": 1.0, "stderr": "dvfs sweep: error: x=1 must be ...\n"}) == (
         "refused")

@@ -33,7 +33,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
 MAX_HOURS = 0.01  # 36 s: a longer sweep is refused by the duration gate, as a long one would be
 LIMIT_S = 240.0  # an accepted input runs one trial of at most MAX_HOURS, plus a kernel's build
 CHILDREN = 2
@@ -117,9 +116,10 @@ class Child:
         self.state = root / f"sim{n}"
         self.work = root / f"work{n}"
         self.work.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, DVFS_SIM_STATE_DIR=str(self.state), PYTHONPATH=str(REPO))
+        env = dict(os.environ, DVFS_SIM_STATE_DIR=str(self.state))
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--child", str(self.state), str(self.work)],
+            [sys.executable, "-m", "orchestrator.testing.fuzz_cli", "--child", str(self.state),
+             str(self.work)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=self.work,
             start_new_session=True)
 
