@@ -5,9 +5,9 @@ a JAX implementation (``jax.jit``), a TensorFlow one (``tf.function``, XLA on a 
 NumPy reference and an analytic count of FLOPs and minimum bytes per call. A kernel is built once
 (inputs, compile, warm-up) and then called many times on the same inputs::
 
-    from kernels import build_kernel, check_errors, fingerprint_hex
+    from kernels import KernelOptions, build_kernel, check_errors, fingerprint_hex
 
-    k = build_kernel("gemm", framework="jax", preset="tiny")
+    k = build_kernel(KernelOptions("gemm", framework="jax", preset="tiny"))
     calls = [k.dispatch_checked() for _ in range(3)]      # queued; fingerprints stay on the device
     fingerprints = k.fetch([fp for _, fp in calls])       # a few bytes each, after the loop
     errors = k.compare([calls[0][0], calls[-1][0]])       # on the device: four numbers each
@@ -41,6 +41,7 @@ from kernels.registry import (
 )
 from kernels.spec import (
     KernelOptionError,
+    KernelOptions,
     KernelSpec,
     UnknownKernelError,
     WorkCounts,
@@ -56,6 +57,7 @@ __all__ = [
     "CompiledWork",
     "KernelCache",
     "KernelOptionError",
+    "KernelOptions",
     "KernelSpec",
     "UnknownKernelError",
     "Verdict",

@@ -43,7 +43,7 @@ from kernels.compare import (
 )
 from kernels.cost import CompiledWork, compiled_work
 from kernels.fingerprint import jax_fingerprint, tf_fingerprint
-from kernels.spec import KernelOptionError, KernelSpec, WorkCounts
+from kernels.spec import KernelOptionError, KernelOptions, KernelSpec, WorkCounts
 
 
 def format_size(size: Any) -> str:
@@ -263,10 +263,11 @@ class _TensorFlowBackend:
 
 
 class BuiltKernel:
-    """One workload compiled for one (framework, preset, variant, dtype, precision, seed, xla).
+    """One workload compiled for one :class:`~kernels.spec.KernelOptions`.
 
     Attributes:
         spec: the workload's :class:`~kernels.spec.KernelSpec`.
+        options: the options it was built with, resolved (:meth:`KernelOptions.resolved`).
         workload: the workload name.
         framework: ``"jax"`` or ``"tensorflow"``.
         framework_version: the framework's version string.
@@ -285,30 +286,18 @@ class BuiltKernel:
         reference_builds: how many times the float64 reference was computed (at most once).
     """
 
-    def __init__(
-        self,
-        spec: KernelSpec,
-        framework: str,
-        preset: str = "cpu",
-        dtype: str = "float32",
-        precision: str = "default",
-        seed: int = 0,
-        xla: bool = False,
-        variant: str | None = None,
-    ):
-        check_framework(spec, framework)
-        self.variant = spec.validate(preset, dtype, precision, variant)
+    def __init__(self, spec: KernelSpec, options: KernelOptions):
+        check_framework(spec, options.framework)
+        self.options = options = options.resolved(spec)
         start = time.perf_counter()
         self.spec = spec
         self.workload = spec.name
-        self.framework = framework
-        self.preset = preset
-        self.dtype = dtype
-        self.precision = precision
-        self.seed = int(seed)
-        self.xla = True if framework == "jax" else bool(xla)
-        self.size = spec.sizes[preset][self.variant]
-        self.counts: WorkCounts = spec.counts(preset, dtype, self.variant)
+        self.framework = framework = options.framework
+        self.preset, self.dtype, self.precision = options.preset, options.dtype, options.precision
+        self.seed, self.xla = options.seed, options.xla
+        self.variant = str(options.variant)  # resolved: always named
+        self.size = spec.sizes[self.preset][self.variant]
+        self.counts: WorkCounts = spec.counts(self.preset, self.dtype, self.variant)
         self.framework_version = fw.framework_version(framework)
         self._reference: np.ndarray | None = None
         self._reference_on_device: tuple[Any, ...] | None = None
@@ -317,9 +306,11 @@ class BuiltKernel:
         self.reference_builds = 0
         inputs = self._rounded_inputs()
         if framework == "jax":
-            self._backend: Any = _JaxBackend(spec.jax_fn(self.size), inputs, precision)
+            self._backend: Any = _JaxBackend(spec.jax_fn(self.size), inputs, self.precision)
         else:
-            self._backend = _TensorFlowBackend(spec.tf_fn(self.size), inputs, precision, self.xla)
+            self._backend = _TensorFlowBackend(
+                spec.tf_fn(self.size), inputs, self.precision, self.xla
+            )
         # Kept until the reference is computed (a trial asks for it right after its warm-up):
         # drawing a GPU-sized input again from the seed took seconds per array on the host.
         self._inputs: tuple[np.ndarray, ...] | None = inputs if spec.reference_fn else None

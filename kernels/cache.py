@@ -10,61 +10,45 @@ from __future__ import annotations
 
 import threading
 
-from kernels.build import BuiltKernel
+from kernels.build import BuiltKernel, check_framework
 from kernels.registry import build_kernel, get_spec
+from kernels.spec import KernelOptions
 
 
 class KernelCache:
-    """Built kernels keyed by every option that changes the compiled computation or its inputs.
+    """Built kernels keyed by their :class:`~kernels.spec.KernelOptions`, resolved: every option
+    that changes the compiled computation or its inputs, each written one way.
 
     Attributes:
         builds: how many kernels this cache has built (a hit does not count).
     """
 
     def __init__(self) -> None:
-        self._kernels: dict[tuple[object, ...], BuiltKernel] = {}
+        self._kernels: dict[KernelOptions, BuiltKernel] = {}
         self._lock = threading.Lock()
         self.builds = 0
 
     @staticmethod
-    def key(
-        workload: str,
-        framework: str,
-        preset: str,
-        dtype: str,
-        precision: str,
-        seed: int,
-        xla: bool,
-        variant: str | None,
-    ) -> tuple[object, ...]:
-        """The normalised cache key (default variant resolved; ``xla`` ignored for JAX)."""
-        spec = get_spec(workload)
-        variant = spec.default_variant if variant is None else variant
-        xla = True if framework == "jax" else bool(xla)
-        return (workload, framework, preset, variant, dtype, precision, int(seed), xla)
+    def key(options: KernelOptions) -> KernelOptions:
+        """The cache key: ``options`` checked and resolved (the default variant named, ``xla``
+        True for JAX), so equal kernels have equal keys; a built kernel's ``options`` is its key.
 
-    def get(
-        self,
-        workload: str,
-        framework: str,
-        preset: str = "cpu",
-        dtype: str = "float32",
-        precision: str = "default",
-        seed: int = 0,
-        xla: bool = False,
-        variant: str | None = None,
-    ) -> BuiltKernel:
-        """Return the cached kernel for these options, building it on first use.
-
-        Arguments are those of :func:`kernels.registry.build_kernel`.
+        Raises:
+            UnknownKernelError: an unknown workload.
+            KernelOptionError: an unknown framework, preset, variant, dtype or precision.
         """
-        key = self.key(workload, framework, preset, dtype, precision, seed, xla, variant)
+        spec = get_spec(options.workload)
+        check_framework(spec, options.framework)
+        return options.resolved(spec)
+
+    def get(self, options: KernelOptions) -> BuiltKernel:
+        """Return the cached kernel for ``options``, building it on first use
+        (:func:`kernels.registry.build_kernel`)."""
+        key = self.key(options)
         with self._lock:
             kernel = self._kernels.get(key)
             if kernel is None:
-                kernel = build_kernel(
-                    workload, framework, preset, dtype, precision, seed, xla, variant
-                )
+                kernel = build_kernel(key)
                 self._kernels[key] = kernel
                 self.builds += 1
             return kernel

@@ -33,10 +33,10 @@ from importlib.metadata import entry_points
 from types import MappingProxyType
 
 from kernels import conv3d, gemm, hessian, mlp_train, selu, stencil
-from kernels.build import BuiltKernel, check_framework
+from kernels.build import BuiltKernel
 from kernels.frameworks import FRAMEWORKS
 from kernels.models import MODEL_SPECS
-from kernels.spec import KernelOptionError, KernelSpec, UnknownKernelError
+from kernels.spec import KernelOptionError, KernelOptions, KernelSpec, UnknownKernelError
 
 __all__ = [
     "FRAMEWORKS",
@@ -167,27 +167,11 @@ def _call_factory(target: str) -> KernelSpec:
     return spec
 
 
-def build_kernel(
-    workload: str,
-    framework: str,
-    preset: str = "cpu",
-    dtype: str = "float32",
-    precision: str = "default",
-    seed: int = 0,
-    xla: bool = False,
-    variant: str | None = None,
-) -> BuiltKernel:
+def build_kernel(options: KernelOptions) -> BuiltKernel:
     """Build (compile and warm up) one kernel; every option is checked before any import.
 
     Args:
-        workload: a registry name.
-        framework: ``"jax"`` or ``"tensorflow"``.
-        preset: ``"tiny"``, ``"cpu"`` or ``"gpu"``.
-        dtype: one of the spec's dtypes.
-        precision: one of the spec's precisions for ``dtype``.
-        seed: seed of the random inputs.
-        xla: TensorFlow only: compile with XLA (``jit_compile=True``).
-        variant: a shape variant of the spec, or None for its default.
+        options: the workload, by its registry name, and the options to build it with.
 
     Returns:
         The built kernel.
@@ -196,7 +180,4 @@ def build_kernel(
         UnknownKernelError: an unknown workload.
         KernelOptionError: an unknown framework, preset, variant, dtype or precision.
     """
-    spec = get_spec(workload)
-    check_framework(spec, framework)
-    spec.validate(preset, dtype, precision, variant)
-    return BuiltKernel(spec, framework, preset, dtype, precision, seed, xla, variant)
+    return BuiltKernel(get_spec(options.workload), options)

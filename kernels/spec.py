@@ -275,6 +275,48 @@ class KernelSpec:
         return "fp32" if precision == "highest" else "tf32"
 
 
+@dataclasses.dataclass(frozen=True)
+class KernelOptions:
+    """Which kernel to build: a workload by name and every option that changes the compiled
+    computation or its inputs.
+
+    One value in place of the eight arguments that :func:`kernels.registry.build_kernel`,
+    :class:`kernels.cache.KernelCache` and :class:`kernels.build.BuiltKernel` each wrote out:
+    the defaults live here once, and two requests for the same kernel compare equal once
+    :meth:`resolved` (the cache's key, and a built kernel's ``options``).
+
+    Attributes:
+        workload: a registry name (:func:`kernels.registry.get_spec`).
+        framework: ``"jax"`` or ``"tensorflow"``.
+        preset: the size preset: ``"tiny"``, ``"cpu"`` or ``"gpu"``.
+        dtype: one of the spec's dtypes.
+        precision: one of the spec's precisions for ``dtype``.
+        seed: the seed of the random inputs.
+        xla: TensorFlow only: compile with XLA (``jit_compile=True``); JAX always does.
+        variant: a shape variant of the spec, or None for its default.
+    """
+
+    workload: str
+    framework: str
+    preset: str = "cpu"
+    dtype: str = "float32"
+    precision: str = "default"
+    seed: int = 0
+    xla: bool = False
+    variant: str | None = None
+
+    def resolved(self, spec: KernelSpec) -> KernelOptions:
+        """These options checked against ``spec`` and written one way: the variant named,
+        ``xla`` True for JAX (which always compiles with XLA), the seed an ``int``.
+
+        Raises:
+            KernelOptionError: an unknown preset, dtype, precision or variant.
+        """
+        variant = spec.validate(self.preset, self.dtype, self.precision, self.variant)
+        xla = True if self.framework == "jax" else bool(self.xla)
+        return dataclasses.replace(self, seed=int(self.seed), xla=xla, variant=variant)
+
+
 def make_sizes(**presets: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]]:
     """Build a ``sizes`` table, checking that every preset has the same variants in order."""
     if tuple(presets) != PRESETS:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels import build_kernel, check_outputs, get_spec, list_workloads
+from kernels import KernelOptions, build_kernel, check_outputs, get_spec, list_workloads
 
 TARGETS = {("gemm", "jax"): 0.8, ("gemm", "tensorflow"): 0.8, ("stencil", "jax"): 0.5}
 
@@ -73,7 +73,9 @@ def measure_ceilings(matmul_n: int, copy_elements: int, min_time_s: float, repea
 def bench_one(name: str, framework: str, args: argparse.Namespace, ceilings: dict) -> dict:
     """Build, time and check one kernel; return its row."""
     spec = get_spec(name)
-    k = build_kernel(name, framework, args.preset, args.dtype, args.precision, xla=args.xla)
+    k = build_kernel(
+        KernelOptions(name, framework, args.preset, args.dtype, args.precision, xla=args.xla)
+    )
     t = time_call(k.call_device, args.min_time, args.repeats)
     out = k.call()
     check = check_outputs([out], k.reference(), k.dtype, k.precision, name)

@@ -91,13 +91,14 @@ def meets_targets(result: dict[str, Any]) -> bool:
 def bench_pair(workload: str, framework: str, args: argparse.Namespace, session: Any) -> dict:
     """Two trials of one workload x framework: the first's build and reference, the second's
     phases judged."""
+    from kernels import KernelOptions
     from orchestrator.config import compose
 
     cfg = compose(trial_overrides(workload, framework, args))
     ctx = session.context(cfg.device)
     first = _trial(ctx, cfg)
     steady = _trial(ctx, cfg)
-    kernel = ctx.kernels.get(workload, framework=framework, preset=args.preset)
+    kernel = ctx.kernels.get(KernelOptions(workload, framework=framework, preset=args.preset))
     steady["output_bytes"] = kernel.output_bytes
     result = judge(steady)
     result.update(workload=workload, framework=framework, preset=args.preset,

@@ -101,15 +101,16 @@ def bench_pair(
     ]
     if args.device == "nvml":
         overrides.append("device.observe_only=true")
+    from kernels import KernelOptions
     from orchestrator.config import compose
 
     ctx = session.context(compose(overrides).device)
     trial_s, bare_s, control_s = [], [], []
     row: dict[str, Any] = _trial(ctx, overrides)  # builds (and caches) the kernel
-    kernel = ctx.kernels.get(
+    kernel = ctx.kernels.get(KernelOptions(
         workload, framework=framework, preset=args.preset, dtype="float32",
         precision="default", seed=0, xla=False,
-    )
+    ))
     for i in range(args.rounds):  # alternate which goes first: drift favours neither
         if i % 2:
             bare_s.append(bare_loop_s_per_iter(kernel, row["iterations"]))

@@ -183,6 +183,7 @@ def _measure(
     """Build and warm the kernel, then one window and its check run per repeat (rows appended,
     their checks into ``held``; the wall time of the build and the warm-up into ``phases``,
     each repeat's into its row)."""
+    from kernels import KernelOptions
     from orchestrator.results.jobs import validate_workload
     from orchestrator.results.provenance import library_versions
 
@@ -190,11 +191,11 @@ def _measure(
     cfg, device = job.config, ctx.device
     spec = validate_workload(cfg)
     used_before = device.memory_used_bytes()
-    kernel = ctx.kernels.get(
+    kernel = ctx.kernels.get(KernelOptions(
         spec.name, framework=cfg.framework.name, preset=cfg.workload.size,
         dtype=cfg.workload.dtype, precision=cfg.framework.precision, seed=int(cfg.seed),
         xla=bool(cfg.framework.xla),
-    )
+    ))
     base["framework_version"] = kernel.framework_version
     base["versions"] = library_versions(cfg.framework.name)
     sim_sized = device.identity.backend == "sim" and bool(cfg.workload.sim_size)

@@ -123,6 +123,7 @@ def read_identity(device: Any) -> dict:
 
 def observe_readings(ctx: Any, opts: CheckOptions) -> dict:
     """The counter's and the power readings' behaviour: idle, under a GEMM, just after it."""
+    from kernels import KernelOptions
     from orchestrator.realgpu import readings as r
     device = ctx.device
     problems: list[str] = []
@@ -141,7 +142,7 @@ def observe_readings(ctx: Any, opts: CheckOptions) -> dict:
     if device.identity.backend == "sim":
         load = r.simulated_load(device, "gemm")
     else:
-        kernel = ctx.kernels.get("gemm", framework="jax", preset="gpu")
+        kernel = ctx.kernels.get(KernelOptions("gemm", framework="jax", preset="gpu"))
         load = r.kernel_thread_load(kernel, opts.load_ramp_s)
     with load as phase:
         measure_in(phase)

@@ -7,12 +7,12 @@ import os
 import numpy as np
 import pytest
 
-from kernels import BuiltKernel, KernelCache, build_kernel, get_spec
+from kernels import BuiltKernel, KernelCache, KernelOptions, build_kernel, get_spec
 
 
 @pytest.fixture(scope="module")
 def gemm_jax(frameworks) -> BuiltKernel:
-    return build_kernel("gemm", "jax", "tiny", seed=5, variant="rect")
+    return build_kernel(KernelOptions("gemm", "jax", "tiny", seed=5, variant="rect"))
 
 
 def test_a_built_kernel_reports_what_it_runs(frameworks, gemm_jax):
@@ -26,7 +26,7 @@ def test_a_built_kernel_reports_what_it_runs(frameworks, gemm_jax):
     row = k.describe()
     assert row["flops"] == k.counts.flops and row["variant"] == "rect"
     assert row["size"] == "m=96 k=48 n=80"
-    t = build_kernel("selu", "tensorflow", "tiny", xla=True)
+    t = build_kernel(KernelOptions("selu", "tensorflow", "tiny", xla=True))
     assert t.framework_version == tf.__version__ and t.xla is True
 
 
@@ -44,9 +44,9 @@ def test_reference_is_cached_and_float64(gemm_jax):
 
 @pytest.mark.parametrize("framework", ["jax", "tensorflow"])
 def test_the_same_seed_gives_the_same_output_and_another_seed_another(frameworks, framework):
-    a = build_kernel("stencil", framework, "tiny", seed=1).call()
-    b = build_kernel("stencil", framework, "tiny", seed=1).call()
-    c = build_kernel("stencil", framework, "tiny", seed=2).call()
+    a = build_kernel(KernelOptions("stencil", framework, "tiny", seed=1)).call()
+    b = build_kernel(KernelOptions("stencil", framework, "tiny", seed=1)).call()
+    c = build_kernel(KernelOptions("stencil", framework, "tiny", seed=2)).call()
     assert np.array_equal(a, b)
     assert not np.allclose(a, c)
 
@@ -62,25 +62,34 @@ def test_inputs_are_random_and_never_zero(name):
 
 def test_the_cache_builds_each_kernel_once(frameworks):
     cache = KernelCache()
-    first = cache.get("selu", "jax", "tiny")
-    assert cache.get("selu", "jax", "tiny") is first
-    assert cache.get("selu", "jax", "tiny", xla=True) is first  # xla means nothing to JAX
-    assert cache.get("selu", "jax", "tiny", variant="1d") is first  # the default variant
+    first = cache.get(KernelOptions("selu", "jax", "tiny"))
+    assert cache.get(KernelOptions("selu", "jax", "tiny")) is first
+    assert cache.get(KernelOptions("selu", "jax", "tiny", xla=True)) is first  # JAX: always XLA
+    assert cache.get(KernelOptions("selu", "jax", "tiny", variant="1d")) is first  # the default
     assert cache.builds == 1
-    cache.get("selu", "tensorflow", "tiny")
-    cache.get("selu", "tensorflow", "tiny", xla=True)
-    cache.get("selu", "jax", "tiny", seed=1)
-    cache.get("selu", "jax", "tiny", dtype="bfloat16")
+    cache.get(KernelOptions("selu", "tensorflow", "tiny"))
+    cache.get(KernelOptions("selu", "tensorflow", "tiny", xla=True))
+    cache.get(KernelOptions("selu", "jax", "tiny", seed=1))
+    cache.get(KernelOptions("selu", "jax", "tiny", dtype="bfloat16"))
     assert cache.builds == len(cache) == 5
     cache.clear()
-    cache.get("selu", "jax", "tiny")
+    cache.get(KernelOptions("selu", "jax", "tiny"))
     assert cache.builds == 6
+
+
+def test_equal_options_give_equal_cache_keys_and_the_kernel_keeps_its_key():
+    key = KernelCache.key(KernelOptions("selu", "jax", "tiny"))
+    assert key == KernelCache.key(KernelOptions("selu", "jax", "tiny", seed=0.0, xla=True))
+    assert key == KernelOptions("selu", "jax", "tiny", xla=True, variant="1d")
+    assert key != KernelCache.key(KernelOptions("selu", "tensorflow", "tiny"))
+    assert KernelCache.key(KernelOptions("selu", "tensorflow", "tiny", xla=1)).xla is True
+    assert build_kernel(KernelOptions("selu", "jax", "tiny")).options == key
 
 
 def test_tensorflow_tf32_switch_is_restored_after_build_and_call(frameworks):
     _, tf = frameworks
     before = tf.config.experimental.tensor_float_32_execution_enabled()
-    k = build_kernel("gemm", "tensorflow", "tiny", precision="highest")
+    k = build_kernel(KernelOptions("gemm", "tensorflow", "tiny", precision="highest"))
     k.call()
     assert tf.config.experimental.tensor_float_32_execution_enabled() == before
 
@@ -107,5 +116,5 @@ def test_jax_lowers_each_precision_to_its_own_dot_precision(frameworks):
 @pytest.mark.parametrize("name", ["conv3d", "mlp_train", "hessian"])
 @pytest.mark.parametrize("framework", ["jax", "tensorflow"])
 def test_tiny_builds_take_well_under_a_second(frameworks, name, framework):
-    k = build_kernel(name, framework, "tiny", dtype="bfloat16", seed=9)
+    k = build_kernel(KernelOptions(name, framework, "tiny", dtype="bfloat16", seed=9))
     assert k.build_s < 1.0

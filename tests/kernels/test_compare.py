@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import build_kernel
+from kernels import KernelOptions, build_kernel
 from kernels.compare import host_errors, split_reference
 from kernels.registry import WORKLOADS
 from tests.kernels.kernel_testing import flip_bit
@@ -25,7 +25,7 @@ def test_the_split_reference_keeps_far_more_bits_than_float32():
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
 def test_device_errors_match_the_host_float64_errors(frameworks, workload, framework):
-    kernel = build_kernel(workload, framework, preset="tiny")
+    kernel = build_kernel(KernelOptions(workload, framework, preset="tiny"))
     out = kernel.call_device()
     host = host_errors(kernel.to_numpy(out), kernel.reference())
     before = kernel.bytes_to_host
@@ -38,7 +38,7 @@ def test_device_errors_match_the_host_float64_errors(frameworks, workload, frame
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_corrupted_output_is_as_far_on_the_device_as_on_the_host(frameworks, framework):
-    kernel = build_kernel("gemm", framework, preset="tiny")
+    kernel = build_kernel(KernelOptions("gemm", framework, preset="tiny"))
     good = kernel.call()
     bad = flip_bit(good, 17, 27)  # an exponent bit: the element changes by orders of magnitude
     on_device = kernel.compare([kernel._backend.put(bad)])[0]  # as if the device computed it
@@ -49,7 +49,7 @@ def test_a_corrupted_output_is_as_far_on_the_device_as_on_the_host(frameworks, f
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_nan_is_counted_on_the_device(frameworks, framework):
-    kernel = build_kernel("selu", framework, preset="tiny")
+    kernel = build_kernel(KernelOptions("selu", framework, preset="tiny"))
     out = np.array(kernel.call())
     out.reshape(-1)[[3, 5]] = np.nan
     errors = kernel.compare([kernel._backend.put(out)])[0]
@@ -58,7 +58,7 @@ def test_a_nan_is_counted_on_the_device(frameworks, framework):
 
 
 def test_the_reference_goes_to_the_device_once(frameworks):
-    kernel = build_kernel("stencil", "jax", preset="tiny")
+    kernel = build_kernel(KernelOptions("stencil", "jax", preset="tiny"))
     kernel.compare([kernel.call_device()])
     held = kernel._reference_on_device
     kernel.compare([kernel.call_device(), kernel.call_device()])

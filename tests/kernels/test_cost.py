@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from kernels import WORKLOADS, build_kernel, compiled_work, get_spec
+from kernels import WORKLOADS, KernelOptions, build_kernel, compiled_work, get_spec
 from kernels.cost import count_launches
 
 STENCIL = get_spec("stencil")
@@ -103,7 +103,7 @@ def test_the_work_is_computed_once_per_options(frameworks):
 
 
 def test_a_built_kernel_gives_its_work_at_its_own_size_or_another(frameworks):
-    kernel = build_kernel("stencil", "jax", "tiny")
+    kernel = build_kernel(KernelOptions("stencil", "jax", "tiny"))
     assert kernel.compiled_work() == compiled_work(STENCIL, "jax", "tiny")
     big = kernel.compiled_work("gpu")
     assert big.bytes_moved / kernel.compiled_work().bytes_moved == pytest.approx(

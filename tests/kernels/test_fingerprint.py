@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels import build_kernel, fingerprint_hex, numpy_fingerprint
+from kernels import KernelOptions, build_kernel, fingerprint_hex, numpy_fingerprint
 from kernels.fingerprint import jax_fingerprint, tf_fingerprint
 from kernels.frameworks import numpy_dtype
 
@@ -69,7 +69,7 @@ def test_two_swapped_elements_change_the_fingerprint(frameworks):
 
 @pytest.mark.parametrize("framework", ["jax", "tensorflow"])
 def test_a_checked_call_returns_the_output_and_its_fingerprint(frameworks, framework):
-    kernel = build_kernel("stencil", framework=framework, preset="tiny")
+    kernel = build_kernel(KernelOptions("stencil", framework=framework, preset="tiny"))
     out, fingerprint = kernel.dispatch_checked()
     host_out, host_fingerprint = kernel.fetch([out, fingerprint])
     assert host_fingerprint.dtype == np.uint32 and host_fingerprint.shape == (2,)

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import kernels
 from kernels import get_spec, list_workloads, check_outputs, build_kernel, KernelCache
+from kernels import KernelOptions
 for name in list_workloads():
     spec = get_spec(name)
     for preset in spec.presets:
@@ -23,7 +24,7 @@ check_outputs([x], x.astype(np.float64), "float32", "default", "selu")
 BAD = [("nope", "jax"), ("gemm", "jax", "huge"), ("gemm", "torch"), ("gemm", "jax", "tiny", "int8")]
 for bad in BAD:
     try:
-        build_kernel(*bad)
+        build_kernel(KernelOptions(*bad))
     except ValueError:
         pass
     else:

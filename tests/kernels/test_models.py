@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from kernel_testing import exponent_msb, flip_bit
 
-from kernels import Verdict, check_outputs, compiled_work, output_digest
+from kernels import KernelOptions, Verdict, check_outputs, compiled_work, output_digest
 from kernels.build import BuiltKernel
 from kernels.models import bert_train, common, resnet50_train, vit_train
 
@@ -43,7 +43,8 @@ def _inputs(name: str) -> list[np.ndarray]:
 def _kernel(name: str, mode: str) -> BuiltKernel:
     if (name, mode) not in _kernels:
         framework, xla = MODES[mode]
-        kernel = BuiltKernel(MODELS[name].SPEC, framework, "tiny", seed=SEED, xla=xla)
+        options = KernelOptions(name, framework, "tiny", seed=SEED, xla=xla)
+        kernel = BuiltKernel(MODELS[name].SPEC, options)
         _kernels[name, mode] = kernel
         _outputs[name, mode] = [kernel.call() for _ in range(3)]
     return _kernels[name, mode]
@@ -89,7 +90,8 @@ def test_step_matches_the_float64_reference_and_repeats_bitwise(frameworks, name
 
 def test_resnet_under_tf_xla_is_refused_while_op_determinism_is_on(frameworks):
     with pytest.raises(Exception, match="MaxPool gradient ops do not yet have a deterministic"):
-        BuiltKernel(resnet50_train.SPEC, "tensorflow", "tiny", seed=SEED, xla=True)
+        BuiltKernel(resnet50_train.SPEC,
+                    KernelOptions("resnet50_train", "tensorflow", "tiny", seed=SEED, xla=True))
 
 
 @pytest.mark.parametrize("name", list(MODELS))

@@ -14,6 +14,7 @@ import pytest
 from kernel_testing import exponent_msb, flip_bit
 
 from kernels import (
+    KernelOptions,
     Verdict,
     build_kernel,
     check_outputs,
@@ -47,7 +48,8 @@ def test_kernel_matches_its_float64_reference_and_repeats_bitwise(
     frameworks, name, variant, framework, xla, dtype, precision, request
 ):
     seed = zlib.crc32(request.node.callspec.id.encode())  # fresh inputs per case, reproducible
-    k = build_kernel(name, framework, "tiny", dtype, precision, seed=seed, xla=xla, variant=variant)
+    options = KernelOptions(name, framework, "tiny", dtype, precision, seed, xla, variant)
+    k = build_kernel(options)
     outputs = [k.call() for _ in range(3)]
     digests = [output_digest(o) for o in outputs]
     result = check_outputs(outputs[-1:], k.reference(), dtype, precision, name, digests=digests)
@@ -62,7 +64,7 @@ def test_kernel_matches_its_float64_reference_and_repeats_bitwise(
 @pytest.mark.parametrize("name", KERNELS)
 @pytest.mark.parametrize("framework", ["jax", "tensorflow"])
 def test_check_catches_one_flipped_bit_in_a_real_output(frameworks, name, framework):
-    k = build_kernel(name, framework, "tiny", "float32", seed=7)
+    k = build_kernel(KernelOptions(name, framework, "tiny", "float32", seed=7))
     good = k.call()
     index = int(np.argmin(np.where(good == 0, np.inf, np.abs(good))))
     assert abs(good.reshape(-1)[index]) < 1  # the exponent flip then scales it by 2**128
@@ -83,7 +85,7 @@ def test_check_catches_one_flipped_bit_in_a_real_output(frameworks, name, framew
 
 @pytest.mark.parametrize("name", KERNELS)
 def test_a_nan_in_a_real_output_is_wrong(frameworks, name):
-    k = build_kernel(name, "jax", "tiny", "float32", seed=3)
+    k = build_kernel(KernelOptions(name, "jax", "tiny", "float32", seed=3))
     out = k.call().copy()
     out.reshape(-1)[out.size // 2] = np.nan
     result = check_outputs([out], k.reference(), k.dtype, k.precision, name)
@@ -92,8 +94,8 @@ def test_a_nan_in_a_real_output_is_wrong(frameworks, name):
 
 @pytest.mark.parametrize("name", KERNELS)
 def test_jax_and_tensorflow_agree_on_the_same_seed(frameworks, name):
-    a = build_kernel(name, "jax", "tiny", seed=11)
-    b = build_kernel(name, "tensorflow", "tiny", seed=11)
+    a = build_kernel(KernelOptions(name, "jax", "tiny", seed=11))
+    b = build_kernel(KernelOptions(name, "tensorflow", "tiny", seed=11))
     assert np.array_equal(a.reference(), b.reference())
     tol = 2 * tolerance_for("float32", "default", name)
     diff = np.linalg.norm(a.call().astype(np.float64) - b.call()) / np.linalg.norm(a.reference())

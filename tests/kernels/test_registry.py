@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels import KernelCache, WorkCounts, get_spec, list_workloads
+from kernels import KernelCache, KernelOptions, WorkCounts, get_spec, list_workloads
 from kernels.checks import FP32_TOLERANCE, tolerance_for
 from kernels.registry import KernelOptionError, UnknownKernelError, build_kernel
 
@@ -52,7 +52,7 @@ def test_an_unknown_workload_is_a_value_error_that_lists_the_names():
 def test_an_unknown_option_is_a_value_error_that_lists_the_choices(options, listed):
     options = {"framework": "jax", **options}
     with pytest.raises(KernelOptionError) as err:
-        build_kernel("gemm", **options)
+        build_kernel(KernelOptions("gemm", **options))
     assert isinstance(err.value, ValueError)
     assert listed in str(err.value)
 
@@ -65,7 +65,7 @@ def test_elementwise_workloads_refuse_tf32_since_they_have_no_matmul():
 def test_the_cache_refuses_an_unknown_workload_without_building():
     cache = KernelCache()
     with pytest.raises(UnknownKernelError):
-        cache.get("nope", "jax", "tiny")
+        cache.get(KernelOptions("nope", "jax", "tiny"))
     assert cache.builds == 0
 
 

@@ -15,7 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels import KernelOptionError, UnknownKernelError, Verdict, Workload, check_outputs
+from kernels import (
+    KernelOptionError,
+    KernelOptions,
+    UnknownKernelError,
+    Verdict,
+    Workload,
+    check_outputs,
+)
 from kernels.build import BuiltKernel
 from kernels.registry import (
     ENTRY_POINT_GROUP,
@@ -43,7 +50,7 @@ def attention_flops(b: int, s: int, m: int, h: int) -> float:
 @pytest.mark.parametrize("framework, xla", [("jax", True), ("tensorflow", False),
                                             ("tensorflow", True)])
 def test_the_example_workload_matches_its_reference_in_each_framework(example, framework, xla):
-    kernel = BuiltKernel(example, framework, "tiny", xla=xla)
+    kernel = BuiltKernel(example, KernelOptions(example.name, framework, "tiny", xla=xla))
     outputs = [kernel.call() for _ in range(3)]
     result = check_outputs(outputs, kernel.reference(), "float32", "highest", example.name)
     assert result.verdict is Verdict.OK, result
@@ -124,7 +131,7 @@ def test_a_framework_the_workload_lacks_is_refused_before_anything_is_built(exam
     jax_only = dataclasses.replace(example, name="attention_jax_only", tf_fn=None)
     assert jax_only.frameworks == ("jax",)
     with pytest.raises(KernelOptionError, match="has no tensorflow step; it has: jax"):
-        BuiltKernel(jax_only, "tensorflow", "tiny")
+        BuiltKernel(jax_only, KernelOptions(jax_only.name, "tensorflow", "tiny"))
 
 
 def test_a_workload_must_say_how_many_items_a_samples_per_second_unit_counts(example):
@@ -154,7 +161,7 @@ def test_an_entry_point_names_a_workload_like_a_built_in(tmp_path, monkeypatch):
 
 def test_without_a_reference_only_finiteness_and_determinism_are_checked(example):
     bare = dataclasses.replace(example, name="attention_no_reference", reference_fn=None)
-    kernel = BuiltKernel(bare, "jax", "tiny")
+    kernel = BuiltKernel(bare, KernelOptions(bare.name, "jax", "tiny"))
     assert kernel.reference() is None
     out = kernel.call()
     result = check_outputs([out, out], None, "float32", "default", bare.name)

@@ -69,11 +69,11 @@ def test_bitwise_equal_samples_are_compared_once_and_a_corrupted_one_beside_them
     """Samples with equal fingerprints hold equal bits; the one the sim corrupted differs."""
     import numpy as np
 
-    from kernels import build_kernel
+    from kernels import KernelOptions, build_kernel
     from orchestrator.devices.base import Fault
     from orchestrator.measuring.window import _Recorder
 
-    kernel = build_kernel("gemm", "jax", preset="tiny")
+    kernel = build_kernel(KernelOptions("gemm", "jax", preset="tiny"))
     recorder = _Recorder(kernel, "after", {1, 2, 4}, np.random.default_rng(0))
     for call in range(1, 6):
         recorder.dispatch(lambda call=call: Fault.CORRUPT if call == 2 else Fault.NONE)

@@ -369,15 +369,16 @@ def test_on_hardware_the_window_reads_no_sensor_between_its_calls(machine):
     only the calls between them."""
     import numpy as np
 
-    from kernels import KernelCache
+    from kernels import KernelCache, KernelOptions
     from orchestrator.config import compose
     from orchestrator.measuring.window import measure_window
     from orchestrator.results.jobs import JobSpec
 
     driver = PacedDriver()
     device = machine(nvml=driver, backend="nvml")
-    kernel = KernelCache().get("stencil", framework="jax", preset="tiny", dtype="float32",
-                               precision="default", seed=0, xla=False)
+    kernel = KernelCache().get(KernelOptions("stencil", framework="jax", preset="tiny",
+                                             dtype="float32", precision="default", seed=0,
+                                             xla=False))
     m = JobSpec.from_config(compose(["measure=quick", "measure.window_s=0.5",
                                      "measure.check_iters=4"])).config.measure
     window = measure_window(kernel, device, GEMM, m, np.random.default_rng(0))
