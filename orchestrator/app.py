@@ -20,9 +20,8 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
-from orchestrator.config import CONF_DIR, register_configs
+from orchestrator.config import CONF_DIR, DvfsConfig, register_configs
 from orchestrator.errors import DvfsError, UserError, hydra_user_error
 from orchestrator.launching import estimate
 from orchestrator.launching.resume import resume_trials
@@ -45,7 +44,7 @@ def run_sweep(argv: list[str]) -> int:
     sys.argv = ["dvfs sweep", *argv]
     session = GpuSession()
 
-    def job(cfg: Any) -> JobResult:
+    def job(cfg: DvfsConfig) -> JobResult:
         return task(cfg, session)
 
     with interrupt.handling():  # the CLI's, or ours when called as a function
@@ -93,11 +92,11 @@ def default_store_dir() -> Path:
     return Path(hc.sweep.dir if hc.mode == RunMode.MULTIRUN else hc.run.dir)
 
 
-def task(cfg: Any, session: GpuSession) -> JobResult:
+def task(cfg: DvfsConfig, session: GpuSession) -> JobResult:
     """One Hydra job: one trial, stored, summarised; returns its result (objective and outcome).
 
     Args:
-        cfg: the job's config, as Hydra composed it.
+        cfg: the job's config, as Hydra composed it (a DictConfig that the schema types).
         session: the process's GPUs and kernels, kept across the jobs of the sweep.
     """
     from orchestrator.launching.sweep_lock import claim_sweep_dir
@@ -106,7 +105,7 @@ def task(cfg: Any, session: GpuSession) -> JobResult:
 
     logging.getLogger("jax").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
     try:
-        job = JobSpec.from_config(cfg, None if cfg.get("store_dir") else default_store_dir())
+        job = JobSpec.from_config(cfg, None if cfg.store_dir else default_store_dir())
         if _single_run():  # a multirun's launcher or sweeper checks the whole sweep
             from hydra.core.hydra_config import HydraConfig
 

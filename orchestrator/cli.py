@@ -21,9 +21,13 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import DvfsError, UserError
+
+if TYPE_CHECKING:
+    from orchestrator.config import DeviceConfig
+    from orchestrator.devices import Device
 
 USAGE = """\
 dvfs: GPU energy and stability experiments.
@@ -122,7 +126,7 @@ def _split(rest: list[str], prog: str, description: str) -> tuple[argparse.Names
     return ns, ns.overrides
 
 
-def _device_cfg(overrides: list[str]) -> tuple[Any, str | None]:
+def _device_cfg(overrides: list[str]) -> tuple[DeviceConfig, str | None]:
     """The ``device`` config to use, and a note when we fell back to the simulated GPU."""
     from orchestrator.config import compose, validate_static
     from orchestrator.devices import nvml_available
@@ -162,7 +166,7 @@ def _devices(rest: list[str]) -> int:
     return 0
 
 
-def _describe(device: Any) -> dict[str, Any]:
+def _describe(device: Device) -> dict[str, Any]:
     caps = device.capabilities()
     clocks = caps.supported_sm_clocks_mhz() if caps.mem_clocks_mhz else ()  # device=cpu: none
     settings = device.settings()

@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
 
 
 @dataclass
@@ -55,17 +58,21 @@ class RayGpusLauncher(Launcher):
 
     def __init__(self, **params: Any) -> None:
         self.params = params
-        self.config: Any = None
-        self.hydra_context: Any = None
-        self.task_function: Any = None
+        self.config: Optional[DictConfig] = None
+        self.hydra_context: Optional[HydraContext] = None
+        self.task_function: Optional[TaskFunction] = None
 
-    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
         """Keep what Hydra hands over before the first batch: its context, task and config."""
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
 
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[Any]:
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
         """Run one batch on the per-GPU workers; a ``JobReturn`` per job, in the batch's order."""
         from orchestrator.launching.launch import launch_batch
         from orchestrator.launching.settings import LaunchSettings

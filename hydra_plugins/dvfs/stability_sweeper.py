@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
+from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
 
 from orchestrator.launching.estimate import MAX_HOURS
 
@@ -52,11 +55,13 @@ class StabilitySweeper(Sweeper):
         self.params = dict(params or {})
         options.pop("max_hours", None)  # read from the config by the launcher of each round
         self.options = options
-        self.config: Any = None
-        self.hydra_context: Any = None
-        self.launcher: Any = None
+        self.config: Optional[DictConfig] = None
+        self.hydra_context: Optional[HydraContext] = None
+        self.launcher: Optional[Launcher] = None
 
-    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
         """Instantiate the launcher the sweep's batches go to."""
         from hydra.core.plugins import Plugins
 

@@ -35,10 +35,18 @@ import copy
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UserError
 from orchestrator.results.jobs import JobSpec
+
+if TYPE_CHECKING:
+    from hydra.core.config_loader import ConfigLoader
+    from hydra.core.override_parser.types import Override
+    from hydra.types import HydraContext
+    from omegaconf import DictConfig
+
+    from orchestrator.config import DvfsConfig
 
 # Interpolations that differ per job though no override names them: such a config is composed
 # in full for every job (Hydra sets ``hydra.job.num``/``id`` and ``override_dirname`` per job).
@@ -63,13 +71,13 @@ class Base:
         scratch: a copy of ``task`` that patches write their values into, to read them typed.
     """
 
-    sweep_config: Any
-    task: Any
+    sweep_config: DictConfig
+    task: DvfsConfig
     spec: JobSpec | None
     store_dir: str
     per_job: bool
     interpolated: bool
-    scratch: Any
+    scratch: DvfsConfig
 
 
 @dataclass(frozen=True)
@@ -90,19 +98,19 @@ class SweepComposer:
         config_loader: Hydra's config loader (``hydra_context.config_loader``).
     """
 
-    def __init__(self, master_config: Any, config_loader: Any) -> None:
+    def __init__(self, master_config: DictConfig, config_loader: ConfigLoader) -> None:
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         self.master = master_config
         self.loader = config_loader
         self.parser = OverridesParser.create(config_loader=config_loader)
-        self._parsed: dict[str, Any] = {}
+        self._parsed: dict[str, Override] = {}
         self._structural: dict[str, bool] = {}
         self._bases: dict[tuple[str, ...], Base] = {}
         self._patches: dict[tuple[tuple[str, ...], str], Patch] = {}
         self.failed_at = 0  # the batch index of the first job ``check_values`` refused
         self.more_refused = 0  # and how many more it refused
-        self._prefixes: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] = {}
+        self._prefixes: dict[tuple[tuple[str, ...], tuple[str, ...]], DvfsConfig] = {}
 
     # --- the public face ---------------------------------------------------------------------
     def spec(self, overrides: Sequence[str], num: int = 0) -> JobSpec:
@@ -124,7 +132,7 @@ class SweepComposer:
 
     def _patched(
         self, base: Base, base_key: tuple[str, ...], values: list[str], patches: list[Patch]
-    ) -> Any:
+    ) -> DvfsConfig:
         """The base's typed config with ``patches`` in place, cached by the override lines: in a
         grid every job but the last key's value shares them (Hydra's product varies the last
         key fastest), so a job costs one replacement, not one per override of its line."""
@@ -168,7 +176,7 @@ class SweepComposer:
             raise refused[0][1]
         return firsts
 
-    def full(self, overrides: Sequence[str], num: int = 0) -> tuple[Any, Any]:
+    def full(self, overrides: Sequence[str], num: int = 0) -> tuple[DictConfig, DvfsConfig]:
         """Hydra's own composition of one job: (sweep config, task config without ``hydra``).
 
         Raises:
@@ -271,7 +279,7 @@ class SweepComposer:
         self._patches[(base_key, line)] = patch
         return patch
 
-    def _parse(self, line: str) -> Any:
+    def _parse(self, line: str) -> Override:
         found = self._parsed.get(line)
         if found is None:
             from orchestrator.errors import hydra_user_error
@@ -343,7 +351,7 @@ def changed_paths(a: Any, b: Any, at: tuple[str, ...] = ()) -> list[tuple[str, .
 _COMPOSERS: dict[int, SweepComposer] = {}
 
 
-def composer_for(master_config: Any, hydra_context: Any) -> SweepComposer:
+def composer_for(master_config: DictConfig, hydra_context: HydraContext) -> SweepComposer:
     """The process's composer of this master config (the launcher's batches and the stability
     sweeper share its caches)."""
     found = _COMPOSERS.get(id(master_config))

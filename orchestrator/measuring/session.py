@@ -13,22 +13,17 @@ closes the session's GPUs and opens that machine instead: the machine key is ``j
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
+from orchestrator.config import DeviceConfig, to_device_config
 from orchestrator.errors import DvfsError
 from orchestrator.results.jobs import machine_key
 
-
-def _as_dict(device_cfg: Any) -> dict[str, Any]:
-    from dataclasses import asdict, is_dataclass
-
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(device_cfg, DictConfig):
-        return OmegaConf.to_container(device_cfg, resolve=True)  # type: ignore[return-value]
-    if is_dataclass(device_cfg):
-        return asdict(device_cfg)  # type: ignore[arg-type]
-    return dict(device_cfg)
+if TYPE_CHECKING:
+    from orchestrator.devices import CpuBackend, NvmlBackend
+    from orchestrator.measuring.trial import TrialContext
 
 
 class GpuSession:
@@ -39,40 +34,45 @@ class GpuSession:
             open the first job's machine on first use.
     """
 
-    def __init__(self, backend: Any = None) -> None:
+    def __init__(self, backend: NvmlBackend | CpuBackend | None = None) -> None:
         self._backend = backend
         self._owns_backend = backend is None
         self._machine: str | None = None
-        self._contexts: dict[str, Any] = {}  # device uuid -> TrialContext
+        self._contexts: dict[str, TrialContext] = {}  # device uuid -> its context
 
     def context(
-        self, device_cfg: Any, *, sweep_id: str = "", device_uuid: str | None = None
-    ) -> Any:
+        self,
+        device_cfg: DeviceConfig | Mapping[str, Any],
+        *,
+        sweep_id: str = "",
+        device_uuid: str | None = None,
+    ) -> TrialContext:
         """The ``TrialContext`` of one GPU (opened once, then reused).
 
         Args:
-            device_cfg: the job's ``device`` config (DictConfig, ``DeviceConfig`` or dict).
+            device_cfg: the job's ``device`` config (a plain mapping is typed first:
+                ``config.to_device_config``).
             sweep_id: stamped on the context's rows.
             device_uuid: which GPU; default: the first that ``device.gpus`` selects.
         """
         from orchestrator.devices import open_backend, select_devices
 
-        key = machine_key(_as_dict(device_cfg))
+        device_cfg = to_device_config(device_cfg)
+        key = machine_key(asdict(device_cfg))
         if self._owns_backend and self._machine not in (None, key):
             self.close()  # another machine: restore this one's GPUs first
         if self._backend is None:
             self._backend = open_backend(device_cfg)
         self._machine = key
         if device_uuid is None:
-            gpus = device_cfg.get("gpus") if isinstance(device_cfg, dict) else device_cfg.gpus
-            device_uuid = select_devices(self._backend, gpus)[0].identity.uuid
+            device_uuid = select_devices(self._backend, device_cfg.gpus)[0].identity.uuid
         ctx = self._contexts.get(device_uuid)
         if ctx is None:
             ctx = self._contexts[device_uuid] = self._open(device_cfg, device_uuid)
         ctx.sweep_id = sweep_id or ctx.sweep_id
         return ctx
 
-    def _open(self, device_cfg: Any, device_uuid: str) -> Any:
+    def _open(self, device_cfg: DeviceConfig, device_uuid: str) -> TrialContext:
         """Enter the guard of one GPU (takes its lease) and give it a kernel cache."""
         from kernels import KernelCache
         from orchestrator.devices import journal_dir
@@ -81,17 +81,18 @@ class GpuSession:
         from orchestrator.measuring.policy import load_policy
         from orchestrator.measuring.trial import TrialContext
 
-        get = device_cfg.get if isinstance(device_cfg, dict) else lambda k: getattr(device_cfg, k)
+        assert self._backend is not None  # opened by context
         device = self._backend.device(uuid=device_uuid)
-        policy = load_policy(get("policy_file"), device.identity.name)
+        policy = load_policy(device_cfg.policy_file, device.identity.name)
         guard = SettingsGuard(
-            device, Journal(journal_dir(device_cfg)), policy, observe_only=bool(get("observe_only"))
+            device, Journal(journal_dir(device_cfg)), policy,
+            observe_only=bool(device_cfg.observe_only),
         )
         guard.__enter__()
         return TrialContext(device=device, guard=guard, kernels=KernelCache())
 
     @property
-    def contexts(self) -> dict[str, Any]:
+    def contexts(self) -> dict[str, TrialContext]:
         """The open contexts, by GPU UUID."""
         return dict(self._contexts)
 

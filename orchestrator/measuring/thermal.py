@@ -28,13 +28,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.config import MeasureConfig
 from orchestrator.devices.base import Device
 
 COOLDOWN_STEP_S = 1.0  # idle in steps of this long between two temperature readings
 DRIFT_CHUNK = 8  # kernel calls between two looks at the clock while warming
 
 
-def steady_start(device: Device, calls: Any, m: Any) -> str | None:
+def steady_start(device: Device, calls: Any, m: MeasureConfig) -> str | None:
     """Bring the die to the thermal start ``m.steady_start`` asks for (``m``: the measure
     config; ``calls``: the kernel's :class:`~orchestrator.measuring.window.KernelCalls`).
 

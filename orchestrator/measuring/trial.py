@@ -83,6 +83,8 @@ from orchestrator.results.rows import (
 )
 
 if TYPE_CHECKING:
+    from kernels.spec import KernelSpec, WorkCounts
+    from orchestrator.config import DvfsConfig
     from orchestrator.results.jobs import JobSpec
 
 
@@ -238,7 +240,9 @@ def _measure(
         held.append(Held(row, window.checks, kernel, spec.name))
 
 
-def _memory_model(device: Device, spec: Any, counts: Any, preset: str, cfg: Any) -> int:
+def _memory_model(
+    device: Device, spec: KernelSpec, counts: WorkCounts, preset: str, cfg: DvfsConfig
+) -> int:
     """The simulated GPU's in-use peak of the workload at ``preset`` (``sim_size``): its
     footprint, or (a kernel without one) its inputs and output; the sim records what the
     process would hold for it (``devices.sim.memory``)."""
@@ -263,7 +267,8 @@ def _fill_memory(
 
 
 def _charged_work(
-    kernel: Any, spec: Any, counts: Any, preset: str, cfg: Any, base: dict[str, Any]
+    kernel: Any, spec: KernelSpec, counts: WorkCounts, preset: str, cfg: DvfsConfig,
+    base: dict[str, Any],
 ) -> KernelWork:
     """The work each call is charged (recorded in ``base``): what the framework compiled at
     ``preset``; the analytic counts and one launch for a kernel that cannot say (a stand-in)."""

@@ -46,6 +46,7 @@ from typing import Any, Literal
 import numpy as np
 
 from orchestrator import interrupt
+from orchestrator.config import MeasureConfig
 from orchestrator.devices.base import Device, Fault, KernelWork
 from orchestrator.measuring import inject
 from orchestrator.measuring.meter import EnergyMeter, Measurement
@@ -279,7 +280,7 @@ class Window:
     phases: dict[str, float] = field(default_factory=dict)  # wall s: edge_wait, window, check_run
 
 
-def measure_window(kernel: Any, device: Device, work: KernelWork, m: Any,
+def measure_window(kernel: Any, device: Device, work: KernelWork, m: MeasureConfig,
                    rng: np.random.Generator, samples: int | None = None) -> Window:
     """Time one window of calls and check them (``m`` is the ``measure`` config; ``samples``
     of calls 1, 2, 4, ... are held for the reference check, by default

@@ -21,9 +21,12 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UserError
+
+if TYPE_CHECKING:
+    from orchestrator.devices.sim.fit import FitResult
 
 MIN_ROWS = 2  # fewer cannot separate a time term from a power term
 FIGURES = (("time_s", "ms/iter", 1e3, 3), ("power_w", "W", 1.0, 0), ("energy_j", "J/iter", 1.0, 3),
@@ -89,7 +92,7 @@ def _fittable(row: dict[str, Any]) -> bool:
 
 
 def calibrate(rows: list[dict[str, Any]], base: str, *, anchors: bool = False,
-              key: str = "fitted") -> Any:
+              key: str = "fitted") -> FitResult:
     """Fit ``base`` (a profile name or file) to ``rows``; returns the ``fit.FitResult``."""
     import yaml
 
@@ -119,7 +122,7 @@ def calibrate(rows: list[dict[str, Any]], base: str, *, anchors: bool = False,
     return fit.fit(base_raw, rows, peak_of, key=key, anchors=chosen)
 
 
-def report(result: Any) -> str:
+def report(result: FitResult) -> str:
     """The fit as text: each row measured / fitted (error), the terms, the anchors."""
     head = ["workload", *(f"{label} real / fitted" for _, label, _, _ in FIGURES)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -142,7 +145,7 @@ def report(result: Any) -> str:
     return "\n".join(lines)
 
 
-def write_profile(result: Any, out: Path, base: str, n_rows: int) -> None:
+def write_profile(result: FitResult, out: Path, base: str, n_rows: int) -> None:
     """Write the fitted profile's YAML, headed by where it came from."""
     import yaml
 

@@ -38,7 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orchestrator.devices import Device
+    from orchestrator.measuring.trial import TrialContext
 
 SECTIONS = ("identity", "readings", "trials")
 KERNELS = ("stencil", "gemm", "selu", "conv3d", "mlp_train", "hessian")
@@ -95,7 +99,7 @@ def trial_plan(workloads: tuple[str, ...], frameworks: tuple[str, ...]) -> list[
 
 
 # --- sections -----------------------------------------------------------------------------------
-def read_identity(device: Any) -> dict:
+def read_identity(device: Device) -> dict:
     """NVML identity, what may be set (read, never set) and one reading of every sensor."""
     ident, caps, settings = device.identity, device.capabilities(), device.settings()
     sm_mhz = caps.supported_sm_clocks_mhz()
@@ -121,7 +125,7 @@ def read_identity(device: Any) -> dict:
     }
 
 
-def observe_readings(ctx: Any, opts: CheckOptions) -> dict:
+def observe_readings(ctx: TrialContext, opts: CheckOptions) -> dict:
     """The counter's and the power readings' behaviour: idle, under a GEMM, just after it."""
     from kernels import KernelOptions
     from orchestrator.realgpu import readings as r
@@ -151,7 +155,7 @@ def observe_readings(ctx: Any, opts: CheckOptions) -> dict:
     return {"phases": phases, "problems": problems}
 
 
-def run_trials(ctx: Any, opts: CheckOptions, frameworks: tuple[str, ...]) -> dict:
+def run_trials(ctx: TrialContext, opts: CheckOptions, frameworks: tuple[str, ...]) -> dict:
     """Every planned trial that fits the budget, stored; rows summarised beside the sim's."""
     from orchestrator.config import compose
     from orchestrator.measuring.trial import run_trial

@@ -20,7 +20,7 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UserError
 from orchestrator.results.rows import JobResult, Outcome
@@ -33,6 +33,16 @@ from orchestrator.search.space import (
 )
 from orchestrator.search.table import describe, record_trials, thresholds_table, write_thresholds
 
+if TYPE_CHECKING:
+    from hydra.core.utils import JobReturn
+    from hydra.plugins.launcher import Launcher
+    from hydra.types import HydraContext
+    from omegaconf import DictConfig
+
+    from orchestrator.config import DeviceConfig
+    from orchestrator.devices.base import DeviceCapabilities
+    from orchestrator.results.jobs import JobSpec
+
 
 @dataclass(frozen=True)
 class GpuInfo:
@@ -41,10 +51,10 @@ class GpuInfo:
     index: int
     uuid: str
     name: str
-    caps: Any  # DeviceCapabilities
+    caps: DeviceCapabilities
 
 
-def discover_gpus(device_cfg: Any) -> list[GpuInfo]:
+def discover_gpus(device_cfg: DeviceConfig) -> list[GpuInfo]:
     """The GPUs ``device.gpus`` selects, with their capabilities (read only; nothing is set).
 
     Raises:
@@ -219,9 +229,9 @@ class StabilitySweep:
         job_idx: the index of the next job launched.
     """
 
-    config: Any
-    hydra_context: Any
-    launcher: Any
+    config: DictConfig
+    hydra_context: HydraContext
+    launcher: Launcher
     options: SearchOptions
     job_idx: int = 0
     _gpus: dict[str, list[GpuInfo]] = field(default_factory=dict)  # machine key -> its GPUs
@@ -269,7 +279,7 @@ class StabilitySweep:
             for gpu in self._gpus[machine]
         ]
 
-    def _values(self, job: Any, gpu: GpuInfo, explicit: Any) -> tuple[float, ...]:
+    def _values(self, job: JobSpec, gpu: GpuInfo, explicit: Any) -> tuple[float, ...]:
         """The values ``gpu`` supports and its policy allows, riskiest first."""
         from orchestrator.measuring.policy import load_policy
 
@@ -299,7 +309,7 @@ class StabilitySweep:
         return [res.outcome for res in results]
 
 
-def job_result(job_return: Any) -> JobResult:
+def job_result(job_return: JobReturn) -> JobResult:
     """The ``JobResult`` of one launched job.
 
     Raises:
@@ -331,9 +341,9 @@ def write_up(targets: Sequence[Target], options: SearchOptions, trials: int) -> 
 
 
 def sweep(
-    config: Any,
-    hydra_context: Any,
-    launcher: Any,
+    config: DictConfig,
+    hydra_context: HydraContext,
+    launcher: Launcher,
     params: Mapping[str, str],
     options: Mapping[str, Any],
     arguments: list[str],

@@ -12,11 +12,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from orchestrator.bounds import bounded, check_fields
 from orchestrator.errors import UserError
 from orchestrator.search.algorithm import CONFIRM_TRIALS
+
+if TYPE_CHECKING:
+    from orchestrator.devices.base import DeviceCapabilities
+    from orchestrator.measuring.guard import SettingsRequest
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,7 @@ def plain_number(v: float) -> float | int:
     return int(v) if float(v).is_integer() else float(v)
 
 
-def request_with(base: Any, setting: OrderedSetting, value: float) -> Any:
+def request_with(base: SettingsRequest, setting: OrderedSetting, value: float) -> SettingsRequest:
     """A ``SettingsRequest``: the job's other settings plus the searched one at ``value``."""
     if setting.name == "sm_clock_mhz":
         return replace(base, sm_clock_mhz=(int(value), int(value)))
@@ -149,9 +153,9 @@ def _grid(lo: float, hi: float, step: float, anchor: float) -> list[float]:
 
 def _supported(
     setting: OrderedSetting,
-    caps: Any,
-    check: Callable[[Any], None],
-    base_request: Any,
+    caps: DeviceCapabilities,
+    check: Callable[[SettingsRequest], None],
+    base_request: SettingsRequest,
     step: float | None,
     device_label: str,
 ) -> list[float]:
@@ -178,8 +182,8 @@ def _supported(
 
 def _allowed(
     setting: OrderedSetting,
-    check: Callable[[Any], None],
-    base_request: Any,
+    check: Callable[[SettingsRequest], None],
+    base_request: SettingsRequest,
     values: Sequence[float],
 ) -> list[float | int]:
     """The values the policy allows (``check`` raises ``UserError`` for the others)."""
@@ -195,9 +199,9 @@ def _allowed(
 
 def search_values(
     setting: OrderedSetting,
-    caps: Any,
-    check: Callable[[Any], None],
-    base_request: Any,
+    caps: DeviceCapabilities,
+    check: Callable[[SettingsRequest], None],
+    base_request: SettingsRequest,
     *,
     step: float | None = None,
     explicit: Sequence[float] | None = None,
