@@ -49,6 +49,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     6: ("orchestrator.launching.slot", "orchestrator.launching.pool",
         "orchestrator.launching.supervisor", "orchestrator.launching.launch",
         "orchestrator.launching.batch", "orchestrator.launching.scheduling",
+        "orchestrator.launching.calls",
         "orchestrator.launching.pool_join"),
     7: ("orchestrator.cli", "hydra_plugins", "orchestrator.testing.fuzz_cli"),
 }

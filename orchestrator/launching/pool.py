@@ -1,4 +1,4 @@
-"""The driver's pool of GPU workers: one Ray actor per GPU, the calls in flight, Ray's lifetime.
+"""The driver's pool of GPU workers: one Ray actor per GPU, and Ray's lifetime under them.
 
 A ``GpuPool`` is the set of workers of one machine: it starts one ``worker.GpuWorker`` per GPU
 the Ray cluster declares (``num_gpus=1, num_cpus=0``), learns which GPU each got (a
@@ -13,8 +13,9 @@ knows which jobs' selections include its GPU.
 first worker is: the others join as they come up (``join``; ``orchestrator.launching.resume`` finds
 stored trials by every GPU a store recorded, not only those joined so far).
 
-**Calls.** Every call to a worker goes through the pool (``call``: in flight, the slot in that
-call's state), its answer comes back through ``take``, a call is given up with ``cancel``; the
+**Calls.** Every call to a worker goes through the pool's ``calls`` (``launching/calls.py``: in
+flight, the slot in that call's state), its answer comes back through ``take``, a call is given
+up with ``cancel``; the
 supervisor calls these, and never edits a slot's fields or the table of calls in flight.
 
 **Lifetime.** A process keeps one pool for every batch of a sweep (``get_pool``); a later batch
@@ -29,17 +30,17 @@ import logging
 import math
 import os
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 from orchestrator import interrupt
 from orchestrator.errors import UserError
+from orchestrator.launching.calls import CallsInFlight
 from orchestrator.launching.pool_join import EarlyStart
 from orchestrator.launching.ray_calls import first_line, join_ray, keeping_sigterm_handler, kill
 from orchestrator.launching.scheduling import refuse_duplicates
 from orchestrator.launching.settings import LaunchSettings
-from orchestrator.launching.slot import Call, Slot, SlotState, SlotStateError, selection_key
+from orchestrator.launching.slot import Call, Slot, SlotState, selection_key
 from orchestrator.measuring.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker, WorkerInfo
 from orchestrator.results.jobs import PER_JOB_KEYS, machine_key
 
@@ -69,87 +70,11 @@ class GpuPool(EarlyStart):
         self.key = settings.pool_key() + machine_key(device)
         self.slots: list[Slot] = []
         self.started_ray = False
-        self._inflight: dict[Any, tuple[Slot, Call]] = {}  # object ref -> call, across batches
+        self.calls = CallsInFlight()  # across batches: a queued trial may outlive its batch
         self._actor_cls: Any = None
         self._node_gpus: dict[str | None, int] = {}
         self.expected = 0  # workers started: the slots there will be once all have joined
         self.reset_joining()
-
-    # --- calls to workers ----------------------------------------------------------------------
-    def call(
-        self, slot: Slot, call: Call, *args: Any, deadline: float = math.inf, job: Any = None
-    ) -> Any:
-        """Send ``call`` to the slot's worker: the slot enters the call's state until ``take``.
-
-        A run call to a BUSY slot is queued behind its trial (``Slot.queue``): the worker runs
-        it next, and its deadline is set when it is promoted (``promote``).
-
-        Args:
-            slot: the GPU.
-            call: which of the worker's methods.
-            *args: its arguments.
-            deadline: ``time.monotonic()`` by which the answer must be back.
-            job: the job of a ``Call.RUN`` (``batch.Job``).
-
-        Returns:
-            The call's object ref.
-        """
-        queue = call is Call.RUN and slot.state is SlotState.BUSY
-        if queue and not slot.may_queue:  # refused before anything is sent
-            raise SlotStateError(f"{slot.label}: a trial is queued already")
-        ref = getattr(slot.actor, call.value).remote(*args)
-        if queue:
-            slot.queue(ref, job)
-        else:
-            slot.begin(call, ref, deadline, job)
-        self._inflight[ref] = (slot, call)
-        return ref
-
-    def ahead_of(self, ref: Any) -> Any:
-        """For the answer of a trial queued behind another whose answer is not taken yet, the
-        other's ref (None otherwise). Ray ran that one first, or failed both as their worker
-        died, so its answer is there too, and is to be handled first (``take``)."""
-        owner = self._inflight.get(ref)
-        if owner is None or owner[0].queued is None or owner[0].queued.ref != ref:
-            return None
-        return owner[0].ref
-
-    def answered(self, ref: Any) -> bool:
-        """Whether a call's answer is back (handled or not)."""
-        import ray
-
-        return bool(ray.wait([ref], timeout=0)[0])
-
-    def take(self, ref: Any) -> tuple[Slot, Call] | None:
-        """The slot and call an answered ref was for (None: given up); no longer in flight.
-
-        Only a slot's call in flight is taken, never its queued trial: Ray ran that one first,
-        so its answer is handled first (``promote``).
-        """
-        owner = self._inflight.get(ref)
-        if owner is not None and owner[0].ref != ref:
-            raise SlotStateError(f"{owner[0].label}: the queued trial's answer taken before "
-                                 "the one in flight")
-        owner = self._inflight.pop(ref, None)
-        if owner is not None:
-            owner[0].end_call()
-        return owner
-
-    def promote(self, slot: Slot, timeout_s: float) -> Any:
-        """The slot's queued trial is now in flight, due within ``timeout_s`` from now (it
-        began when the one before it returned); returns its job."""
-        return slot.promote(time.monotonic() + timeout_s).job
-
-    def unqueue(self, slot: Slot) -> Any:
-        """Take back the slot's queued trial, which never ran: its answer is ignored, and a
-        worker held rather than killed does not run it (``stop_queued``); returns its job (None:
-        none was queued)."""
-        queued = slot.unqueue()
-        if queued is None:
-            return None
-        self.stop_queued(slot)
-        self._inflight.pop(queued.ref, None)
-        return queued.job
 
     def stop_queued(self, slot: Slot) -> None:
         """Have the slot's worker run no further trial, and stop the one it runs at its next
@@ -167,14 +92,9 @@ class GpuPool(EarlyStart):
         if ray.is_initialized() and slot.node_id == ray.get_runtime_context().get_node_id():
             mark_closing(journal_dir(self.device), slot.uuid)
 
-    def cancel(self, slot: Slot) -> None:
-        """Give up the slot's call in flight (its answer, if it comes, is ignored)."""
-        self._inflight.pop(slot.ref, None)
-        slot.end_call()
-
     def refs(self) -> list[Any]:
         """The object refs of every call in flight, and of every worker still joining."""
-        return [*self._inflight, *self._joining]
+        return [*self.calls.refs, *self._joining]
 
     def next_deadline(self) -> float:
         """The earliest deadline of a call in flight or a joining worker (inf: none)."""
@@ -183,7 +103,7 @@ class GpuPool(EarlyStart):
 
     def retire(self, slot: Slot, reason: str) -> None:
         """Take a GPU out of the sweep for good: forget its call, end its workers."""
-        self._inflight.pop(slot.ref, None)
+        self.calls.forget(slot)
         for actor in slot.retire(reason):  # while workers join, held: none lands on this GPU
             self.hold(actor) if self.filling else kill(actor)
 
@@ -197,7 +117,7 @@ class GpuPool(EarlyStart):
                 more try after a new worker landed on another GPU of the node (``Slot.park``).
         """
         slot.new_worker(self.spawn(slot.node_id), restart=replacing)
-        self.call(slot, Call.IDENTIFY, deadline=deadline)
+        self.calls.send(slot, Call.IDENTIFY, deadline=deadline)
 
     # --- Ray -----------------------------------------------------------------------------------
     def _ensure_ray(self) -> None:
@@ -453,7 +373,7 @@ class GpuPool(EarlyStart):
                     kill(actor)
         self.end_joining()
         self.slots.clear()
-        self._inflight.clear()
+        self.calls.refs.clear()
 
 
 _pool: GpuPool | None = None

@@ -182,7 +182,7 @@ class Supervisor:
                 warming += 1
 
     def _acquire(self, slot: Slot) -> None:
-        self.pool.call(slot, Call.ACQUIRE, self.settings.lease_wait_s)
+        self.pool.calls.send(slot, Call.ACQUIRE, self.settings.lease_wait_s)
         self._show(slot)
 
     def _dispatch(self) -> None:
@@ -210,7 +210,8 @@ class Supervisor:
             return
         deadline = time.monotonic() + job.timeout_s
         attempt = self._attempt(job, slot)
-        self.pool.call(slot, Call.RUN, job.spec, job.sweep_id, attempt, deadline=deadline, job=job)
+        self.pool.calls.send(slot, Call.RUN, job.spec, job.sweep_id, attempt, deadline=deadline,
+                             job=job)
         self._show(slot)
 
     def _attempt(self, job: Job, slot: Slot) -> int:
@@ -224,10 +225,10 @@ class Supervisor:
         if self.pool.joining(ref):
             self._on_join(ref)
             return
-        ahead = self.pool.ahead_of(ref)
+        ahead = self.pool.calls.ahead_of(ref)
         if ahead is not None:  # Ray ran that one first: its answer is there to handle first
             self._on_ready(ahead)
-        owner = self.pool.take(ref)  # None: given up, or a queued trial taken back
+        owner = self.pool.calls.take(ref)  # None: given up, or a queued trial taken back
         if owner is None:
             return
         slot, call = owner
@@ -275,7 +276,7 @@ class Supervisor:
             return
         for action in reply.restored:
             self._note_restored(slot, action)
-        self.pool.call(slot, Call.WARM, self.frameworks)
+        self.pool.calls.send(slot, Call.WARM, self.frameworks)
         self._show(slot)
 
     def _on_trial(self, slot: Slot, ref: Any) -> None:
@@ -318,13 +319,14 @@ class Supervisor:
         if slot.queued is None:
             slot.mark_idle()
         else:
-            self.pool.promote(slot, slot.queued.job.timeout_s)
+            self.pool.calls.promote(slot, slot.queued.job.timeout_s)
 
     def _take_back(self, slot: Slot) -> None:
         """The slot's queued trial never ran (its worker is being replaced, or its GPU retired):
         its job goes back to the front of its queue, to be sent again."""
-        job = self.pool.unqueue(slot)
+        job = self.pool.calls.unqueue(slot)
         if job is not None:
+            self.pool.stop_queued(slot)  # a worker held, not killed, must not run it either
             self.queue.put_back(job, slot.uuid, sent=True)
 
     def _failure(self, slot: Slot, job: Job, status: Status, error: str) -> list[dict[str, Any]]:
@@ -382,10 +384,11 @@ class Supervisor:
         for slot in self.pool.slots:
             if slot.deadline > now:
                 continue
-            if slot.ref is not None and self.pool.answered(slot.ref):  # in time; not handled yet
+            # answered in time, not handled yet
+            if slot.ref is not None and self.pool.calls.answered(slot.ref):
                 self._on_ready(slot.ref)
                 continue
-            self.pool.cancel(slot)
+            self.pool.calls.cancel(slot)
             if slot.state is SlotState.BUSY:
                 trial = slot.take_trial()
                 job = trial.job

@@ -29,7 +29,7 @@ def package_version() -> str:
 @lru_cache(maxsize=1)
 def git_commit() -> str | None:
     """The commit of the checkout this package runs from, if any."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # orchestrator/results/ -> the checkout
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
