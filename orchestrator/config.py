@@ -16,10 +16,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from orchestrator.bounds import Bound, bounded, check_fields
 from orchestrator.errors import UserError, hydra_user_error
+
+if TYPE_CHECKING:
+    from hydra.core.config_store import ConfigStore
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 """The top-level ``conf/`` directory (an editable install keeps it beside the packages)."""
@@ -189,7 +192,7 @@ WORKLOAD_ENTRY_POINTS = "dvfs.workloads"
 devices`` too) reads the installed entry points without importing the kernels package."""
 
 
-def register_entry_point_workloads(cs: Any) -> None:
+def register_entry_point_workloads(cs: ConfigStore) -> None:
     """A ``workload/<name>`` config for each installed ``dvfs.workloads`` entry point, so that
     ``workload=<name>`` composes like a built-in (nothing of it is imported until validation)."""
     from importlib.metadata import entry_points

@@ -19,10 +19,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from orchestrator.bounds import Bound
 from orchestrator.errors import UserError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from orchestrator.config import MeasureConfig
 
 SAY_ABOVE_S = 300.0
 """A sweep expected to take longer than five minutes says how long before it starts."""
@@ -41,7 +46,7 @@ TRIAL_OVERHEAD_S = 1.0
 warm-up calls, rows stored (about a second on the simulated GPU; a lower bound on hardware)."""
 
 
-def trial_s(measure: Any) -> float:
+def trial_s(measure: MeasureConfig) -> float:
     """The expected seconds of one trial with this ``measure`` section."""
     check_s = measure.window_s if measure.digest == "after" else 0.0
     window_s = measure.window_s + check_s + measure.counter_edge_wait_s
@@ -63,7 +68,7 @@ class Estimate:
     gpus: int = 1
 
     @classmethod
-    def of(cls, measures: Iterable[Any], gpus: int = 1) -> Estimate:
+    def of(cls, measures: Iterable[MeasureConfig], gpus: int = 1) -> Estimate:
         """The estimate of one trial per ``measure`` section, ``gpus`` at a time."""
         times = [trial_s(m) for m in measures]
         return cls(len(times), sum(times), max(1, gpus))
@@ -97,7 +102,7 @@ def duration(seconds: float) -> str:
     return f"{days:.0f} days" if days < 3650 else f"{days / 365:.0f} years"
 
 
-def max_hours(sweeper: Any) -> float:
+def max_hours(sweeper: DictConfig | None) -> float:
     """``hydra.sweeper.max_hours`` from the ``hydra.sweeper`` node (:data:`MAX_HOURS` where the
     sweeper has no such key, e.g. Optuna's).
 

@@ -26,16 +26,19 @@ the same and its row says so (``steady_note``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from orchestrator.config import MeasureConfig
 from orchestrator.devices.base import Device
+
+if TYPE_CHECKING:
+    from orchestrator.measuring.window import KernelCalls
 
 COOLDOWN_STEP_S = 1.0  # idle in steps of this long between two temperature readings
 DRIFT_CHUNK = 8  # kernel calls between two looks at the clock while warming
 
 
-def steady_start(device: Device, calls: Any, m: MeasureConfig) -> str | None:
+def steady_start(device: Device, calls: KernelCalls, m: MeasureConfig) -> str | None:
     """Bring the die to the thermal start ``m.steady_start`` asks for (``m``: the measure
     config; ``calls``: the kernel's :class:`~orchestrator.measuring.window.KernelCalls`).
 
@@ -50,7 +53,7 @@ def steady_start(device: Device, calls: Any, m: MeasureConfig) -> str | None:
     return None
 
 
-def _warm_until_steady(device: Device, calls: Any, drift_c: float, interval_s: float,
+def _warm_until_steady(device: Device, calls: KernelCalls, drift_c: float, interval_s: float,
                        timeout_s: float) -> str | None:
     """Run the kernel until the temperature moved at most ``drift_c`` over ``interval_s``."""
     start = device.now_s()

@@ -42,6 +42,7 @@ from orchestrator.measuring.guard import SettingsRequest
 
 if TYPE_CHECKING:
     from kernels.spec import KernelSpec
+    from orchestrator.results.store import ResultStore
 
 # Config keys that do not change what a trial measures (kept out of the trial key).
 _NON_IDENTITY_KEYS = ("store_dir", "quiet", "objective")
@@ -271,7 +272,7 @@ class JobSpec:
 
 
 # --- the store's view of jobs -----------------------------------------------------------------
-def record_sweep(store: Any, job: JobSpec) -> None:
+def record_sweep(store: ResultStore, job: JobSpec) -> None:
     """Write the store's ``sweep`` meta item (where, when, the first job's config), once."""
     if store.get_meta("sweep") is None:
         store.put_meta(
