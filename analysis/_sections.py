@@ -304,7 +304,7 @@ def memory(doc: Doc, d: ReportData) -> None:
     doc.p("Medians over the settings' ok trials (peak: the largest). On the simulated GPU the "
           "peak is the workload's modelled footprint at its sim_size, the same for both "
           "frameworks, and NVML's used memory adds each framework's allocator policy: it cannot "
-          "tell which framework needs less memory (see README).")
+          "tell which framework needs less memory (docs/workloads.md, Memory).")
     doc.table(pd.DataFrame(rows))
 
 
