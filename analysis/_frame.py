@@ -148,9 +148,3 @@ def group_positions(df: pd.DataFrame, by: Sequence[str]) -> list[tuple[dict, np.
     for pos, key in enumerate(group_keys(df, by)):
         index_of.setdefault(key, []).append(pos)
     return [(dict(zip(by, key)), np.array(p, dtype=int)) for key, p in index_of.items()]
-
-
-def iter_groups(df: pd.DataFrame, by: Sequence[str]):
-    """Yields ``(key_dict, sub_frame)`` per group, keeping rows with missing keys."""
-    for key, positions in group_positions(df, by):
-        yield key, df.iloc[positions]

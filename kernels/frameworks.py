@@ -37,7 +37,6 @@ from typing import Any, Literal
 
 Framework = Literal["jax", "tensorflow"]
 FRAMEWORKS: tuple[str, ...] = ("jax", "tensorflow")
-PRECISIONS: tuple[str, ...] = ("default", "highest", "tf32")
 
 DETERMINISM_FLAG = "--xla_gpu_deterministic_ops=true"
 

@@ -164,8 +164,3 @@ def library_loaded() -> bool:
     """Whether ``nvmlInit`` has succeeded once in this process (it stays loaded after shutdown)."""
     return _loaded
 
-
-def simMachineStateDir() -> str:
-    """The state directory of the open machine."""
-    return str(current_machine().state_dir)
-

@@ -111,11 +111,6 @@ class RowFit:
         """sim / real - 1 for one figure."""
         return self.sim[figure] / self.real[figure] - 1
 
-    def within(self, figure: str, tolerance: float) -> bool:
-        """Whether the fitted figure is within ``tolerance`` of the real one."""
-        return abs(self.error(figure)) <= tolerance
-
-
 @dataclass(frozen=True)
 class FitResult:
     """A fit: the profile's mapping, each row's fit, the anchors, and what the data left alone."""

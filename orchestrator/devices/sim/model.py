@@ -209,12 +209,6 @@ def idle_temperature_c(profile: GpuProfile) -> float:
     return profile.ambient_c + profile.thermal_resistance_c_per_w * profile.idle_power_w
 
 
-def floor_clock_mhz(clocks_mhz: tuple[int, ...], value_mhz: float) -> int:
-    """The highest supported clock <= value (the lowest supported clock if value is below all)."""
-    i = bisect_right(clocks_mhz, value_mhz) - 1
-    return clocks_mhz[max(i, 0)]
-
-
 @dataclass(frozen=True)
 class OperatingPoint:
     """Where one kernel call ran and what it cost."""

@@ -103,7 +103,6 @@ from orchestrator.devices.sim.driver import (  # noqa: F401 - the pynvml surface
     nvmlInitWithFlags,
     nvmlShutdown,
     setter_of,
-    simMachineStateDir,
 )
 from orchestrator.devices.sim.entry_points import entry_point
 from orchestrator.devices.sim.health import (  # noqa: F401 - the pynvml surface

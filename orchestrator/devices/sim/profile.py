@@ -24,7 +24,6 @@ from typing import Any
 
 from orchestrator.devices.base import Peak
 
-PEAKS: tuple[Peak, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16")
 ARCHITECTURES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper")
 
 
