@@ -15,6 +15,7 @@ NVML's own error classes never travel above the NVML adapter: it maps them to th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -76,6 +77,26 @@ class UnrestoredDeviceError(UserError):
 
 
 # --- Hydra's and OmegaConf's errors, as the one line a user's mistake gets --------------------
+def close_on_exit(
+    close: Callable[[], None], exc: BaseException | None, what: str
+) -> None:
+    """Close what a ``with`` block held; when the block raised, a failure to close is noted on
+    the block's error instead of raised (a raise here would hide the error on its way).
+
+    Args:
+        close: the closing call (a restore, a release).
+        exc: the error the block raised (None: it ended normally, and ``close`` raises as is).
+        what: what failed to close, for the note ("restoring GPU 0").
+    """
+    if exc is None:
+        close()
+        return
+    try:
+        close()
+    except DvfsError as e:
+        exc.add_note(f"{what} failed too: {e}")
+
+
 def one_line(message: str) -> str:
     """Hydra and OmegaConf write several lines (full_key, object_type...); keep what matters."""
     lines = [ln.strip() for ln in str(message).splitlines() if ln.strip()]

@@ -45,6 +45,7 @@ from orchestrator.errors import (
     PolicyViolationError,
     UnrestoredDeviceError,
     UserError,
+    close_on_exit,
 )
 from orchestrator.measuring.journal import JOURNAL_VERSION, Journal, restore_setting
 
@@ -212,13 +213,7 @@ class SettingsGuard:
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if exc is None:
-            self.close()
-            return
-        try:
-            self.close()
-        except DvfsError as e:  # noted on the error on its way, which a raise here would hide
-            exc.add_note(f"restoring GPU {self.device.identity.index} failed too: {e}")
+        close_on_exit(self.close, exc, f"restoring GPU {self.device.identity.index}")
 
     def close(self) -> None:
         """Restore the device and release the lease (idempotent)."""

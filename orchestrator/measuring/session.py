@@ -18,7 +18,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import DeviceConfig, to_device_config
-from orchestrator.errors import DvfsError
+from orchestrator.errors import DvfsError, close_on_exit
 from orchestrator.results.jobs import machine_key
 
 if TYPE_CHECKING:
@@ -120,10 +120,4 @@ class GpuSession:
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if exc is None:
-            self.close()
-            return
-        try:
-            self.close()
-        except DvfsError as e:  # noted on the error on its way, which a raise here would hide
-            exc.add_note(f"restoring this session's GPUs failed too: {e}")
+        close_on_exit(self.close, exc, "restoring this session's GPUs")
