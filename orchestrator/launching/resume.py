@@ -1,10 +1,11 @@
 """Resume: which of a sweep's trials its stores already hold, and which run again.
 
-Every rule of resume lives here: the retry policy (``RETRY_POLICIES``, ``hydra.launcher.retry``)
-and what one trial's stored rows mean (``resume_of``: run it, as which attempt, or let its rows
-stand), asked of a store in one keyed query (``resume_trials``, also what a single ``dvfs sweep``
-uses); a re-run with nothing to run, answered without Ray or a GPU (``already_stored``); and the
-stores a launched batch writes (``BatchStores``), with the GPUs each has recorded.
+Every rule of resume lives here: what the retry policy means (``hydra.launcher.retry``, one of
+``settings.RETRY_POLICIES``) and what one trial's stored rows mean (``resume_of``: run it, as which
+attempt, or let its rows stand), asked of a store in one keyed query (``resume_trials``, also what a
+single ``dvfs sweep`` uses); a re-run with nothing to run, answered without Ray or a GPU
+(``already_stored``); and the stores a launched batch writes (``BatchStores``), with the GPUs each
+has recorded.
 
 A trial is keyed by its job and its GPU (``JobSpec.trial_key``), so resume must ask the store
 about the right GPUs. With ``placement=any`` a job is done when *any* GPU holds its trial, and
@@ -25,23 +26,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UserError
+from orchestrator.launching.settings import RETRY_POLICIES, LaunchSettings
 from orchestrator.results.jobs import record_sweep
 from orchestrator.results.rows import JobResult, Status, attempt_of
 from orchestrator.results.store import STORE_FILENAME, ResultStore
 
 if TYPE_CHECKING:
     from orchestrator.launching.batch import Job, JobStream
-    from orchestrator.launching.settings import LaunchSettings
     from orchestrator.launching.slot import Slot
     from orchestrator.progress import Progress
 
 
 # --- one trial ----------------------------------------------------------------------------------
-RETRY_POLICIES = ("never", "not_measured", "failed")
-"""Which stored trials a re-run runs again (``hydra.launcher.retry``): ``never``; those whose
-latest attempt measured nothing (``not_measured``, the default: a GPU that was unhealthy, a
-worker killed from outside); or those whose latest attempt is not all ok (``failed``)."""
-
 
 @dataclass(frozen=True)
 class Resume:

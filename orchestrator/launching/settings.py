@@ -14,9 +14,13 @@ from typing import Any
 
 from orchestrator.bounds import Bound, bounded, check_fields
 from orchestrator.errors import UserError
-from orchestrator.launching.resume import RETRY_POLICIES
 
 PLACEMENTS = ("any", "every")
+RETRY_POLICIES = ("never", "not_measured", "failed")
+"""Which stored trials a re-run runs again (``hydra.launcher.retry``): ``never``; those whose
+latest attempt measured nothing (``not_measured``, the default: a GPU that was unhealthy, a
+worker killed from outside); or those whose latest attempt is not all ok (``failed``)."""
+
 RESOURCE_BOUND = Bound(0, 1e6, "a worker's share of a custom Ray resource")
 
 
@@ -38,7 +42,7 @@ class LaunchSettings:
     lease_wait_s: float | None = bounded(
         None, 0, 7 * 86_400, "a week: null waits as long as the other sweep takes", above=True,
         unit=" s")  # wait this long for a GPU another sweep holds; None: forever
-    retry: str = "not_measured"  # which stored trials a re-run runs again (resume.RETRY_POLICIES)
+    retry: str = "not_measured"  # which stored trials a re-run runs again (RETRY_POLICIES)
     queue_ahead: bool = True  # send a busy GPU its next trial, to start as the last one returns
     num_cpus: float = bounded(
         0.0, 0, 1024, "no node has more than 1,024 CPUs for one worker"
