@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UserError
 from orchestrator.launching import estimate
@@ -51,16 +52,21 @@ from orchestrator.launching.supervisor import Supervisor
 from orchestrator.progress import Progress
 from orchestrator.results.rows import JobResult
 
+if TYPE_CHECKING:
+    from hydra.core.utils import JobReturn
+    from hydra.types import HydraContext
+    from omegaconf import DictConfig
+
 log = logging.getLogger(__name__)
 
 # --- Hydra ------------------------------------------------------------------------------------
 def launch_batch(
-    config: Any,
-    hydra_context: Any,
+    config: DictConfig,
+    hydra_context: HydraContext,
     settings: LaunchSettings,
-    job_overrides: Any,
+    job_overrides: Sequence[Sequence[str]],
     initial_job_idx: int,
-) -> list[Any]:
+) -> list[JobReturn]:
     """What ``RayGpusLauncher.launch`` does: check, run, and return a ``JobReturn`` per job.
 
     Args:
