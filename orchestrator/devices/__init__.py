@@ -191,7 +191,7 @@ def open_backend(
         return SimBackend(sim_nvml, "sim")
     if backend == "cpu":
         os.environ.update(CPU_ONLY_ENV)
-        return CpuBackend(device.powercap_root)
+        return CpuBackend(CpuDevice(device.powercap_root))
     raise UserError(f"device.backend={backend!r} is not one of: sim, nvml, cpu")
 
 

@@ -393,16 +393,13 @@ class CpuBackend:
     """The host CPU as a backend of one device, with the shape of ``NvmlBackend``.
 
     Args:
-        powercap_root: the powercap class directory; None: ``/sys/class/powercap``.
-        host: where the OS describes the processor.
+        device: the one device (None: this host's CPU, read where the OS puts it).
     """
 
-    def __init__(
-        self, powercap_root: str | Path | None = None, *, host: HostPaths = HostPaths()
-    ) -> None:
+    def __init__(self, device: CpuDevice | None = None) -> None:
         self.backend: Backend = "cpu"
         self.driver_version = platform.release()
-        self._device = CpuDevice(powercap_root, host=host)
+        self._device = device if device is not None else CpuDevice()
 
     def __enter__(self) -> CpuBackend:
         return self

@@ -273,7 +273,7 @@ def test_the_guard_leases_the_cpu_and_writes_no_journal_for_a_default_trial(tmp_
 
 # --- the backend --------------------------------------------------------------------------------
 def test_the_backend_holds_one_device_found_by_index_or_uuid(tmp_path):
-    with CpuBackend(tmp_path) as backend:
+    with CpuBackend(CpuDevice(tmp_path)) as backend:
         assert backend.backend == "cpu" and backend.driver_version == platform.release()
         (device,) = backend.devices()
         assert backend.devices()[0] is device  # one object: it keeps the unwrap state
