@@ -163,6 +163,20 @@ def summary(doc: Doc, d: ReportData) -> None:
               "a few percent may be noise (set measure.repeats=3 or more to judge them).")
 
 
+def _per_iteration_table(frame: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFrame, dict]:
+    """``frame``'s ``columns`` for display, each row's setting labelled, time and energy per
+    iteration in the units that suit their range; with the renames that name those units."""
+    shown = frame.assign(setting=[setting_label(r) for _, r in frame.iterrows()])
+    times, tunit = scaled(shown, "time_per_iter_s", "s")
+    energies, eunit = scaled(shown, "energy_per_iter_j", "J")
+    table = display(shown, columns)
+    for col, values in (("time_per_iter_s", times), ("energy_per_iter_j", energies)):
+        if col in table:
+            table[col] = values
+    return table, {"time_per_iter_s": f"time/iter ({tunit})",
+                   "energy_per_iter_j": f"energy/iter ({eunit})"}
+
+
 def recommendations(doc: Doc, d: ReportData) -> None:
     """The recommendations table, in the figures' units, and the Pareto figure."""
     doc.h(2, "Recommended settings")
@@ -171,22 +185,16 @@ def recommendations(doc: Doc, d: ReportData) -> None:
           f"(energy x time) and ED²P (energy x time²), and the least energy within "
           f"{100 * d.max_slowdown:g} % of the baseline's time. Medians over repeats; 'beyond "
           "spread' says whether the energy ranges of the setting and the baseline are disjoint.")
-    shown = d.recs.assign(setting=[setting_label(r) for _, r in d.recs.iterrows()])
-    times, tunit = scaled(shown, "time_per_iter_s", "s")
-    energies, eunit = scaled(shown, "energy_per_iter_j", "J")
-    table = display(shown, [*DEFAULT_GROUP, "objective", "setting", "time_per_iter_s",
-                            "energy_per_iter_j", "saving_pct", "slowdown_pct",
-                            "saving_beyond_spread", "n_repeats", "baseline", "note"])
-    for col, values in (("time_per_iter_s", times), ("energy_per_iter_j", energies),
-                        ("saving_pct", [pct_cell(v) for v in shown["saving_pct"]]),
-                        ("slowdown_pct", [pct_cell(v) for v in shown["slowdown_pct"]])):
+    table, units = _per_iteration_table(d.recs, [
+        *DEFAULT_GROUP, "objective", "setting", "time_per_iter_s", "energy_per_iter_j",
+        "saving_pct", "slowdown_pct", "saving_beyond_spread", "n_repeats", "baseline", "note"])
+    for col in ("saving_pct", "slowdown_pct"):
         if col in table:
-            table[col] = values
+            table[col] = [pct_cell(v) for v in d.recs[col]]
     table, common = collapse_constant(table, DEFAULT_GROUP)
     if common:
         doc.p(common)
-    doc.table(table.rename(columns={**READABLE, "time_per_iter_s": f"time/iter ({tunit})",
-                                    "energy_per_iter_j": f"energy/iter ({eunit})"}), limit=200)
+    doc.table(table.rename(columns={**READABLE, **units}), limit=200)
     doc.image(d.files["pareto.png"], "Energy vs time per iteration; the step line is each "
                                      "series' Pareto front, small numbers are SM clock limits "
                                      "in MHz")
@@ -207,19 +215,14 @@ def boards(doc: Doc, d: ReportData) -> None:
           "one iteration is the same work on every board, so time and energy per iteration are "
           "per unit of work. 'x best' is the board's value over the least of the boards "
           "(1: the best board).")
-    shown = d.boards.assign(setting=[setting_label(r) for _, r in d.boards.iterrows()])
-    times, tunit = scaled(shown, "time_per_iter_s", "s")
-    energies, eunit = scaled(shown, "energy_per_iter_j", "J")
-    table = display(shown, [*DEFAULT_GROUP, "setting", "time_per_iter_s", "time_vs_best",
-                            "energy_per_iter_j", "energy_vs_best", "avg_power_w",
-                            "observed_sm_clock_mhz", "n_settings"])
-    table["time_per_iter_s"], table["energy_per_iter_j"] = times, energies
+    table, units = _per_iteration_table(d.boards, [
+        *DEFAULT_GROUP, "setting", "time_per_iter_s", "time_vs_best", "energy_per_iter_j",
+        "energy_vs_best", "avg_power_w", "observed_sm_clock_mhz", "n_settings"])
     table, common = collapse_constant(table, [c for c in DEFAULT_GROUP if c != "device_name"])
     if common:
         doc.p(common)
     doc.table(table.rename(columns={
-        **READABLE, "device_name": "board", "time_per_iter_s": f"time/iter ({tunit})",
-        "energy_per_iter_j": f"energy/iter ({eunit})", "time_vs_best": "time x best",
+        **READABLE, **units, "device_name": "board", "time_vs_best": "time x best",
         "energy_vs_best": "energy x best", "avg_power_w": "power (W)",
         "observed_sm_clock_mhz": "SM clock seen (MHz)", "n_settings": "usable settings"}),
         limit=200)
