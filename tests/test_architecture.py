@@ -6,7 +6,7 @@ every module's imports (``ast``, nothing is imported) to check that
 - a room imports only rooms on its own floor or below, and no two rooms import each other in a
   circle (imports under ``if TYPE_CHECKING:`` are annotations, not dependencies, and are left out);
 - no module imports itself through others at run time: every module a node, function-local
-  imports included (:data:`KNOWN_CYCLES` lists those allowed for now);
+  imports included;
 - no module imports a private name (``_name``) from another module, reaches into another module's
   private attribute, or imports a private module (``_name.py``) from outside its own package;
 - no function of the packages is over 60 lines (the declarative tables named in
@@ -159,15 +159,6 @@ def test_no_two_rooms_import_each_other_in_a_circle():
     assert cycles == []
 
 
-KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset({
-    # Module cycles tolerated for now, each as the set of modules that import one another. Only
-    # a cycle inside orchestrator/launching/ or between results/jobs.py and results/rows.py may
-    # stand here, with the note "being removed by the scheduling step of #29". None is left:
-    # rows.py names JobSpec only under `if TYPE_CHECKING:`, and launching/ has no cycle.
-})
-"""Cycles of modules allowed by :func:`test_no_module_imports_itself_at_run_time`, for now."""
-
-
 def run_time_imports(path: Path) -> list[tuple[int, str, str | None]]:
     """:func:`imports_of`, less the imports of a top-level ``if __name__ == "__main__":`` block
     (it runs when the module is the program, never when it is imported)."""
@@ -234,17 +225,12 @@ def import_cycles(graph: dict[str, dict[str, str]]) -> list[frozenset[str]]:
 
 def test_no_module_imports_itself_at_run_time():
     # Every import that runs (function-local ones included) draws an arrow between two modules;
-    # a group of modules that reach one another is a cycle, unless KNOWN_CYCLES lists it.
+    # a group of modules that reach one another is a cycle.
     graph = module_graph()
     found = [sorted(f"{a} -> {b} ({where})" for a in group for b, where in graph[a].items()
                     if b in group)
-             for group in import_cycles(graph) if group not in KNOWN_CYCLES]
+             for group in import_cycles(graph)]
     assert found == []
-
-
-def test_every_known_cycle_is_still_there():
-    gone = KNOWN_CYCLES - set(import_cycles(module_graph()))
-    assert sorted(sorted(group) for group in gone) == []
 
 
 def test_import_cycles_are_found_when_there(tmp_path):
