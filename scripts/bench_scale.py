@@ -34,7 +34,6 @@ simulated GPU take their CPU too); ``--sizes 30,500 --gpus 4 --no-wide`` for a q
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import signal
@@ -45,7 +44,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench_launcher import figures, trial_spans  # this folder's: the same figures
+
+from orchestrator.results.store import ResultStore
+
 COMMON = [
     "workload=selu", "framework=jax", "workload.size=tiny", "measure=quick",
     "measure.window_s=0.05", "measure.min_iters=1", "measure.warmup_iters=0",
@@ -106,7 +108,7 @@ def run_sweep(
     t0 = time.monotonic()
     first = None
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=log.parent, env=env, stdout=out, stderr=subprocess.STDOUT)
         while proc.poll() is None:
             if first is None and not had_rows and has_rows(db):
                 first = time.monotonic() - t0
@@ -150,7 +152,6 @@ def bench_wide(
     gpus: int, per_gpu: int, off_cpu_s: float, scratch: Path, queue_ahead: bool = True
 ) -> dict:
     """A grid of ``gpus x per_gpu`` jobs that wait off-CPU, on ``gpus`` simulated GPUs."""
-    launcher = _load_bench_launcher()
     tag = f"wide{gpus}"
     sweep_dir, state = scratch / tag / "sweep", scratch / tag / "sim"
     sweep_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -161,29 +162,16 @@ def bench_wide(
             "hydra.launcher.placement=every", "hydra.launcher.start_timeout_s=900",
             f"hydra.launcher.queue_ahead={str(queue_ahead).lower()}"]
     run = run_sweep(args, sweep_dir, env, scratch / tag / "run.log")
-    lanes: dict[int, list] = {}
-    for r in launcher._rows(sweep_dir):  # noqa: SLF001 - the same reader as bench_launcher's
-        launch = r["launch"]
-        lanes.setdefault(launch["worker_pid"], []).append(
-            (launch["trial_started_at"], launch["trial_ended_at"]))
+    with ResultStore(sweep_dir, readonly=True) as store:
+        lanes = trial_spans(store.rows())  # one lane per worker, its trials' spans on its clock
     # Steady state: once every worker has begun its first trial (before that, the others' boots
     # and framework imports share the two cores with every trial).
     all_up = max(min(start for start, _ in lane) for lane in lanes.values())
     steady = {pid: [t for t in lane if t[0] >= all_up] for pid, lane in lanes.items()}
-    res = launcher.figures({"way": tag, "gpus": gpus, "trials": size * gpus,
-                            "wall_s": run["wall_s"],
-                            "lanes": {p: lane for p, lane in steady.items() if lane},
-                            "statuses": {}})
+    res = figures({"way": tag, "gpus": gpus, "trials": size * gpus, "wall_s": run["wall_s"],
+                   "lanes": {p: lane for p, lane in steady.items() if lane}, "statuses": {}})
     return {**run, **res, "size": size * gpus, "workers": len(lanes),
             "steady_trials": sum(len(lane) for lane in steady.values())}
-
-
-def _load_bench_launcher():
-    spec = importlib.util.spec_from_file_location("bench_launcher",
-                                                  REPO / "scripts" / "bench_launcher.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _ms(x: float | None) -> str:
