@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from kernels.frameworks import import_jax, import_tensorflow
-from kernels.spec import KernelSpec, WorkCounts, make_sizes
+from kernels.spec import KernelSpec, WorkCounts, make_sizes, module_hooks
 
 
 class Conv3dSize(NamedTuple):
@@ -110,15 +110,6 @@ def tf_function(size: Conv3dSize) -> Any:
 SPEC = KernelSpec(
     name="conv3d",
     description="a 3-D convolution layer forward pass, NDHWC, 3x3x3 SAME (compute-bound)",
-    sizes=SIZES,
-    dtypes=("float32", "bfloat16"),
-    precisions=("default", "highest", "tf32"),
-    compute_bound=True,
-    uses_matmul=True,
-    count_fn=count_work,
-    inputs_fn=make_inputs,
-    reference_fn=reference,
-    jax_fn=jax_function,
-    tf_fn=tf_function,
-    shapes_fn=input_shapes,
+    sizes=SIZES, dtypes=("float32", "bfloat16"), precisions=("default", "highest", "tf32"),
+    compute_bound=True, uses_matmul=True, **module_hooks(globals()),
 )

@@ -7,7 +7,8 @@ answers, without importing JAX or TensorFlow and without allocating anything, ho
 call does (:class:`WorkCounts`) and which compute roof applies (:meth:`KernelSpec.peak`), so a
 simulator or a planner can use it cheaply. The same spec carries the hooks
 :func:`kernels.build.build_kernel` uses to make inputs, the float64 reference and the JAX and
-TensorFlow functions.
+TensorFlow functions. A built-in kernel module names its hooks by one convention
+(:data:`HOOK_NAMES`) and ends with ``SPEC = KernelSpec(..., **module_hooks(globals()))``.
 
 Units and conventions:
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
 from kernels.cost import compiled_work
@@ -98,7 +100,8 @@ class KernelSpec:
 
     A hook left None means: ``count_fn``, derive the work from XLA's cost analysis of the compiled
     step (:mod:`kernels.cost`); ``reference_fn``, no reference (determinism and finiteness are
-    still checked); ``jax_fn`` or ``tf_fn``, the workload lacks that framework.
+    still checked); ``jax_fn`` or ``tf_fn``, the workload lacks that framework. A built-in kernel
+    module passes its hooks by name (:func:`module_hooks`); a user's workload passes them itself.
     """
 
     name: str
@@ -325,6 +328,52 @@ def make_sizes(**presets: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]]:
     if len(set(variants)) != 1:
         raise ValueError(f"every preset needs the same variants, got {variants}")
     return {k: dict(v) for k, v in presets.items()}
+
+
+HOOK_NAMES: Mapping[str, str] = MappingProxyType({
+    "count_fn": "count_work",
+    "inputs_fn": "make_inputs",
+    "reference_fn": "reference",
+    "jax_fn": "jax_function",
+    "tf_fn": "tf_function",
+    "shapes_fn": "input_shapes",
+})
+"""The built-in kernel modules' convention: a :class:`KernelSpec` hook field -> the name of the
+module-level function that fills it (read by :func:`module_hooks`)."""
+REQUIRED_HOOKS: tuple[str, ...] = ("inputs_fn", "shapes_fn")
+"""The hook fields no workload goes without; any other may be None (see :class:`KernelSpec`)."""
+
+
+def module_hooks(namespace: Mapping[str, Any]) -> dict[str, Callable[..., Any] | None]:
+    """A kernel module's hooks, found under the conventional names of :data:`HOOK_NAMES`.
+
+    A built-in kernel module ends with ``SPEC = KernelSpec(<its descriptive fields>,
+    **module_hooks(globals()))``: a new hook (a framework) is then one entry in
+    :data:`HOOK_NAMES` and one function in each module that has it, not one more keyword in
+    every ``SPEC``.
+
+    Args:
+        namespace: the module's globals.
+
+    Returns:
+        Each hook field of :data:`HOOK_NAMES` -> the module's function of that name, or None
+        where the module has none (the workload lacks that hook: see :class:`KernelSpec`).
+
+    Raises:
+        KernelOptionError: a name of :data:`HOOK_NAMES` that is not a function, or a required
+            hook (:data:`REQUIRED_HOOKS`) the module lacks.
+    """
+    module = namespace.get("__name__", "a kernel module")
+    hooks = {field: namespace.get(name) for field, name in HOOK_NAMES.items()}
+    wrong = [HOOK_NAMES[f] for f, fn in hooks.items() if fn is not None and not callable(fn)]
+    if wrong:
+        raise KernelOptionError(f"{module}: {', '.join(wrong)} must be a function (a hook "
+                                "of its SPEC), or not defined")
+    missing = [f"{HOOK_NAMES[f]} ({f})" for f in REQUIRED_HOOKS if hooks[f] is None]
+    if missing:
+        raise KernelOptionError(f"{module} defines no {', '.join(missing)}: every workload "
+                                "needs one")
+    return hooks
 
 
 Workload = KernelSpec
