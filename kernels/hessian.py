@@ -17,52 +17,37 @@ input read and the output written once.
 
 from __future__ import annotations
 
-import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from kernels.elementwise import ArraySize, ElementwiseWork, one_input_shape
 from kernels.frameworks import import_jax, import_tensorflow
-from kernels.spec import KernelSpec, WorkCounts, make_sizes
+from kernels.spec import KernelSpec, make_sizes, module_hooks
 
 FLOPS_PER_ELEMENT = 11
 
-
-class HessianSize(NamedTuple):
-    """Array shape of the points (and of the output)."""
-
-    shape: tuple[int, ...]
-
-
 SIZES = make_sizes(
-    tiny={"elementwise": HessianSize((4096,))},
-    cpu={"elementwise": HessianSize((1 << 22,))},
-    gpu={"elementwise": HessianSize((1 << 26,))},
+    tiny={"elementwise": ArraySize((4096,))},
+    cpu={"elementwise": ArraySize((1 << 22,))},
+    gpu={"elementwise": ArraySize((1 << 26,))},
 )
 
-
-def count_work(size: HessianSize, itemsize: int) -> WorkCounts:
-    """FLOPs and minimum bytes of one call (see the module docstring)."""
-    n = math.prod(size.shape)
-    return WorkCounts(flops=float(FLOPS_PER_ELEMENT * n), bytes_moved=2.0 * n * itemsize)
+count_work = ElementwiseWork(FLOPS_PER_ELEMENT)
+input_shapes = one_input_shape
 
 
-def input_shapes(size: HessianSize) -> tuple[tuple[int, ...]]:
-    """The shape of the one input, without making it."""
-    return (tuple(size.shape),)
-
-
-def make_inputs(size: HessianSize, rng: np.random.Generator) -> tuple[np.ndarray]:
+def make_inputs(size: ArraySize, rng: np.random.Generator) -> tuple[np.ndarray]:
     """Points uniform in [-3, 3], where ``f''`` has its structure."""
     return (rng.uniform(-3.0, 3.0, size.shape),)
 
 
-def reference(size: HessianSize, x: np.ndarray) -> np.ndarray:
+def reference(size: ArraySize, x: np.ndarray) -> np.ndarray:
     """The closed-form ``f''(x)`` in float64."""
     return np.exp(-0.5 * x * x) * ((x * x - 2.0) * np.sin(x) - 2.0 * x * np.cos(x))
 
 
-def jax_function(size: HessianSize) -> Any:
+def jax_function(size: ArraySize) -> Any:
     """``vmap(grad(grad(f)))`` over every element."""
     jax = import_jax()
     jnp = jax.numpy
@@ -77,7 +62,7 @@ def jax_function(size: HessianSize) -> Any:
     return batched
 
 
-def tf_function(size: HessianSize) -> Any:
+def tf_function(size: ArraySize) -> Any:
     """Nested ``GradientTape``s."""
     tf = import_tensorflow()
 
@@ -96,15 +81,6 @@ def tf_function(size: HessianSize) -> Any:
 SPEC = KernelSpec(
     name="hessian",
     description="second-order gradients grad(grad(f)) of a scalar function, elementwise",
-    sizes=SIZES,
-    dtypes=("float32", "bfloat16"),
-    precisions=("default", "highest"),
-    compute_bound=False,
-    uses_matmul=False,
-    count_fn=count_work,
-    inputs_fn=make_inputs,
-    reference_fn=reference,
-    jax_fn=jax_function,
-    tf_fn=tf_function,
-    shapes_fn=input_shapes,
+    sizes=SIZES, dtypes=("float32", "bfloat16"), precisions=("default", "highest"),
+    compute_bound=False, uses_matmul=False, **module_hooks(globals()),
 )

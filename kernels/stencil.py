@@ -10,53 +10,44 @@ Counts per element: ``2 * ndim`` additions; bytes: the input read and the output
 
 from __future__ import annotations
 
-import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from kernels.elementwise import ArraySize, ElementwiseWork, one_input_shape
 from kernels.frameworks import import_jax, import_tensorflow
-from kernels.spec import KernelSpec, WorkCounts, make_sizes
-
-
-class StencilSize(NamedTuple):
-    """Array shape of the stencil's input (and output)."""
-
-    shape: tuple[int, ...]
-
+from kernels.spec import KernelSpec, make_sizes, module_hooks
 
 SIZES = make_sizes(
-    tiny={"1d": StencilSize((4096,)), "2d": StencilSize((64, 64)), "3d": StencilSize((16, 16, 16))},
+    tiny={"1d": ArraySize((4096,)), "2d": ArraySize((64, 64)), "3d": ArraySize((16, 16, 16))},
     cpu={
-        "1d": StencilSize((1 << 24,)),
-        "2d": StencilSize((4096, 4096)),
-        "3d": StencilSize((256, 256, 256)),
+        "1d": ArraySize((1 << 24,)),
+        "2d": ArraySize((4096, 4096)),
+        "3d": ArraySize((256, 256, 256)),
     },
     gpu={
-        "1d": StencilSize((1 << 28,)),
-        "2d": StencilSize((16384, 16384)),
-        "3d": StencilSize((1024, 512, 512)),
+        "1d": ArraySize((1 << 28,)),
+        "2d": ArraySize((16384, 16384)),
+        "3d": ArraySize((1024, 512, 512)),
     },
 )
 
 
-def count_work(size: StencilSize, itemsize: int) -> WorkCounts:
-    """FLOPs and minimum bytes of one call (see the module docstring)."""
-    n = math.prod(size.shape)
-    return WorkCounts(flops=2.0 * len(size.shape) * n, bytes_moved=2.0 * n * itemsize)
+def flops_per_element(size: ArraySize) -> int:
+    """Two additions per axis (see the module docstring)."""
+    return 2 * len(size.shape)
 
 
-def input_shapes(size: StencilSize) -> tuple[tuple[int, ...]]:
-    """The shape of the one input, without making it."""
-    return (tuple(size.shape),)
+count_work = ElementwiseWork(flops_per_element)
+input_shapes = one_input_shape
 
 
-def make_inputs(size: StencilSize, rng: np.random.Generator) -> tuple[np.ndarray]:
+def make_inputs(size: ArraySize, rng: np.random.Generator) -> tuple[np.ndarray]:
     """One standard-normal array of the size's shape, in float64."""
     return (rng.standard_normal(size.shape),)
 
 
-def reference(size: StencilSize, x: np.ndarray) -> np.ndarray:
+def reference(size: ArraySize, x: np.ndarray) -> np.ndarray:
     """The stencil in float64 NumPy."""
     out = x.copy()
     for axis in range(x.ndim):
@@ -66,7 +57,7 @@ def reference(size: StencilSize, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def jax_function(size: StencilSize) -> Any:
+def jax_function(size: ArraySize) -> Any:
     """The stencil in ``jax.numpy``, fused by XLA into one pass.
 
     In 1-D the rolls are written as shifted slices of the interior plus the two wrapped edge
@@ -95,7 +86,7 @@ def jax_function(size: StencilSize) -> Any:
     return stencil
 
 
-def tf_function(size: StencilSize) -> Any:
+def tf_function(size: ArraySize) -> Any:
     """The stencil in TensorFlow."""
     tf = import_tensorflow()
 
@@ -111,15 +102,6 @@ def tf_function(size: StencilSize) -> Any:
 SPEC = KernelSpec(
     name="stencil",
     description="roll(x, 1) + roll(x, -1) + x over a large 1-D/2-D/3-D array (memory-bound)",
-    sizes=SIZES,
-    dtypes=("float32", "bfloat16"),
-    precisions=("default", "highest"),
-    compute_bound=False,
-    uses_matmul=False,
-    count_fn=count_work,
-    inputs_fn=make_inputs,
-    reference_fn=reference,
-    jax_fn=jax_function,
-    tf_fn=tf_function,
-    shapes_fn=input_shapes,
+    sizes=SIZES, dtypes=("float32", "bfloat16"), precisions=("default", "highest"),
+    compute_bound=False, uses_matmul=False, **module_hooks(globals()),
 )
