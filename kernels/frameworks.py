@@ -1,9 +1,9 @@
 """Framework setup: lazy imports, deterministic mode, device-memory sharing, precision knobs.
 
-JAX and TensorFlow are imported here and only here, inside functions, so that ``import kernels``
-costs no framework import (TensorFlow alone takes 8-11 s). The first call to :func:`import_jax`
-or :func:`import_tensorflow` puts the process in the mode a measurement needs, before either
-framework initialises a device:
+JAX, TensorFlow and PyTorch are imported here and only here, inside functions, so that
+``import kernels`` costs no framework import (TensorFlow alone takes 8-11 s). The first call to
+:func:`import_jax`, :func:`import_tensorflow` or :func:`import_torch` puts the process in the mode
+a measurement needs, before any framework initialises a device:
 
 - **Deterministic ops.** ``--xla_gpu_deterministic_ops=true`` is appended to ``XLA_FLAGS`` (read by
   JAX's XLA and by TensorFlow's ``jit_compile``), and TensorFlow gets
@@ -12,6 +12,11 @@ framework initialises a device:
 - **No memory starvation.** JAX preallocates 75% of a GPU and TensorFlow grabs all of it; a process
   hosting both sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` and TensorFlow memory growth on every
   GPU (also through ``TF_FORCE_GPU_ALLOW_GROWTH`` in case TensorFlow was imported elsewhere first).
+- **PyTorch.** ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` is set before CUDA initialises (cuBLAS needs
+  it for deterministic GEMMs), and ``torch.use_deterministic_algorithms(True)`` is on from the
+  first import (a kernel built with ``deterministic: false`` turns it off around its calls).
+  PyTorch is an extra (``dvfs-orchestrator[torch]``): without it :func:`import_torch` raises
+  :class:`FrameworkMissingError`, one line naming the extra.
 
 Precision names are ours and map to each framework's own knob:
 
@@ -35,8 +40,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Literal
 
-Framework = Literal["jax", "tensorflow"]
-FRAMEWORKS: tuple[str, ...] = ("jax", "tensorflow")
+Framework = Literal["jax", "tensorflow", "pytorch"]
+FRAMEWORKS: tuple[str, ...] = ("jax", "tensorflow", "pytorch")
+TORCH_EXTRA = "pip install 'dvfs-orchestrator[torch]'"
+"""The install command that brings PyTorch (named by :class:`FrameworkMissingError`)."""
+CUBLAS_WORKSPACE_CONFIG = ":4096:8"
+"""What cuBLAS needs for deterministic results (PyTorch's reproducibility notes)."""
 
 DETERMINISM_FLAG = "--xla_gpu_deterministic_ops=true"
 
@@ -50,6 +59,11 @@ _TF_TF32_ENABLED: dict[str, bool | None] = {"default": None, "highest": False, "
 
 _lock = threading.Lock()
 _tf_configured = False
+_torch_configured = False
+
+
+class FrameworkMissingError(ImportError):
+    """A framework the request needs is not installed; the message names how to install it."""
 
 
 def configure_environment() -> None:
@@ -64,6 +78,7 @@ def configure_environment() -> None:
     os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE_CONFIG)
 
 
 def import_jax() -> Any:
@@ -102,10 +117,41 @@ def import_tensorflow() -> Any:
     return tf
 
 
+def import_torch() -> Any:
+    """Import PyTorch after :func:`configure_environment`, in deterministic mode.
+
+    ``CUBLAS_WORKSPACE_CONFIG`` is in the environment before CUDA initialises (it initialises
+    lazily, at the first CUDA call, so this holds even if ``torch`` was imported elsewhere first,
+    as long as nothing used CUDA yet), and on first use ``torch.use_deterministic_algorithms(True)``
+    is turned on, as TensorFlow's op determinism is.
+
+    Returns:
+        The ``torch`` module.
+
+    Raises:
+        FrameworkMissingError: PyTorch is not installed (one line naming the extra).
+    """
+    global _torch_configured
+    configure_environment()
+    try:
+        import torch
+    except ImportError as e:
+        raise FrameworkMissingError(
+            f"framework=pytorch needs PyTorch, which is not installed: {TORCH_EXTRA}"
+        ) from e
+    with _lock:
+        if not _torch_configured:
+            torch.use_deterministic_algorithms(True)
+            _torch_configured = True
+    return torch
+
+
 def framework_version(framework: str) -> str:
     """Return the version string of ``framework`` (importing it), e.g. ``"0.10.2"``."""
     if framework == "jax":
         return str(import_jax().__version__)
+    if framework == "pytorch":
+        return str(import_torch().__version__)
     return str(import_tensorflow().__version__)
 
 

@@ -3,11 +3,11 @@
 A :class:`Workload` (also named :class:`KernelSpec`) describes one workload: the built-in kernels,
 the study's models and a user's own step are all one of these (``kernels.registry`` finds them by
 name, by an entry point of the ``dvfs.workloads`` group, or by a ``module:factory`` target). It
-answers, without importing JAX or TensorFlow and without allocating anything, how much work one
+answers, without importing any framework and without allocating anything, how much work one
 call does (:class:`WorkCounts`) and which compute roof applies (:meth:`KernelSpec.peak`), so a
 simulator or a planner can use it cheaply. The same spec carries the hooks
-:func:`kernels.build.build_kernel` uses to make inputs, the float64 reference and the JAX and
-TensorFlow functions. A built-in kernel module names its hooks by one convention
+:func:`kernels.build.build_kernel` uses to make inputs, the float64 reference and the JAX,
+TensorFlow and PyTorch functions. A built-in kernel module names its hooks by one convention
 (:data:`HOOK_NAMES`) and ends with ``SPEC = KernelSpec(..., **module_hooks(globals()))``.
 
 Units and conventions:
@@ -86,6 +86,9 @@ class KernelSpec:
         reference_fn: ``reference_fn(size, *inputs) -> np.ndarray`` in float64.
         jax_fn: ``jax_fn(size) -> f(*arrays) -> array``, traced under ``jax.jit``.
         tf_fn: ``tf_fn(size) -> f(*tensors) -> tensor``, wrapped in ``tf.function``.
+        torch_fn: ``torch_fn(size) -> f(*tensors) -> tensor``, run eagerly or under
+            ``torch.compile`` (the same meaning as ``jax_fn``: given the size, a function of the
+            input tensors returning the output tensor).
         shapes_fn: ``shapes_fn(size) -> tuple of shapes``, those of ``inputs_fn``'s arrays,
             computed without making them (the compiled-work analysis traces at a GPU size
             with abstract shapes: :mod:`kernels.cost`).
@@ -100,8 +103,9 @@ class KernelSpec:
 
     A hook left None means: ``count_fn``, derive the work from XLA's cost analysis of the compiled
     step (:mod:`kernels.cost`); ``reference_fn``, no reference (determinism and finiteness are
-    still checked); ``jax_fn`` or ``tf_fn``, the workload lacks that framework. A built-in kernel
-    module passes its hooks by name (:func:`module_hooks`); a user's workload passes them itself.
+    still checked); ``jax_fn``, ``tf_fn`` or ``torch_fn``, the workload lacks that framework. A
+    built-in kernel module passes its hooks by name (:func:`module_hooks`); a user's workload
+    passes them itself.
     """
 
     name: str
@@ -123,6 +127,9 @@ class KernelSpec:
     footprint_fn: Callable[[Any, int], Mapping[str, int]] | None = dataclasses.field(
         default=None, repr=False
     )
+    torch_fn: Callable[[Any], Callable[..., Any]] | None = dataclasses.field(
+        default=None, repr=False
+    )
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -132,12 +139,15 @@ class KernelSpec:
                 f"workload {self.name!r} reports {self.unit} but has no items_fn"
             )
         if not self.frameworks:
-            raise KernelOptionError(f"workload {self.name!r} has neither jax_fn nor tf_fn")
+            raise KernelOptionError(
+                f"workload {self.name!r} has none of jax_fn, tf_fn and torch_fn"
+            )
 
     @property
     def frameworks(self) -> tuple[str, ...]:
         """The frameworks it is implemented in."""
-        return tuple(f for f, fn in (("jax", self.jax_fn), ("tensorflow", self.tf_fn)) if fn)
+        hooks = (("jax", self.jax_fn), ("tensorflow", self.tf_fn), ("pytorch", self.torch_fn))
+        return tuple(f for f, fn in hooks if fn)
 
     def items(self, preset: str, variant: str | None = None) -> int | None:
         """Samples or tokens per call at ``preset`` (None for a FLOP/s or GB/s workload)."""
@@ -290,13 +300,16 @@ class KernelOptions:
 
     Attributes:
         workload: a registry name (:func:`kernels.registry.get_spec`).
-        framework: ``"jax"`` or ``"tensorflow"``.
+        framework: ``"jax"``, ``"tensorflow"`` or ``"pytorch"``.
         preset: the size preset: ``"tiny"``, ``"cpu"`` or ``"gpu"``.
         dtype: one of the spec's dtypes.
         precision: one of the spec's precisions for ``dtype``.
         seed: the seed of the random inputs.
         xla: TensorFlow only: compile with XLA (``jit_compile=True``); JAX always does.
         variant: a shape variant of the spec, or None for its default.
+        compile: PyTorch only: run under ``torch.compile`` (else eagerly).
+        deterministic: PyTorch only: ``torch.use_deterministic_algorithms`` on around the calls;
+            JAX and TensorFlow always run deterministic ops.
     """
 
     workload: str
@@ -307,17 +320,26 @@ class KernelOptions:
     seed: int = 0
     xla: bool = False
     variant: str | None = None
+    compile: bool = False
+    deterministic: bool = True
 
     def resolved(self, spec: KernelSpec) -> KernelOptions:
         """These options checked against ``spec`` and written one way: the variant named,
-        ``xla`` True for JAX (which always compiles with XLA), the seed an ``int``.
+        ``xla`` True for JAX (which always compiles with XLA) and False for PyTorch, ``compile``
+        False and ``deterministic`` True outside PyTorch (the knobs only it has), the seed an
+        ``int``.
 
         Raises:
             KernelOptionError: an unknown preset, dtype, precision or variant.
         """
         variant = spec.validate(self.preset, self.dtype, self.precision, self.variant)
-        xla = True if self.framework == "jax" else bool(self.xla)
-        return dataclasses.replace(self, seed=int(self.seed), xla=xla, variant=variant)
+        xla = self.framework == "jax" or (self.framework == "tensorflow" and bool(self.xla))
+        torch = self.framework == "pytorch"
+        return dataclasses.replace(
+            self, seed=int(self.seed), xla=xla, variant=variant,
+            compile=torch and bool(self.compile),
+            deterministic=not torch or bool(self.deterministic),
+        )
 
 
 def make_sizes(**presets: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]]:
@@ -336,6 +358,7 @@ HOOK_NAMES: Mapping[str, str] = MappingProxyType({
     "reference_fn": "reference",
     "jax_fn": "jax_function",
     "tf_fn": "tf_function",
+    "torch_fn": "torch_function",
     "shapes_fn": "input_shapes",
 })
 """The built-in kernel modules' convention: a :class:`KernelSpec` hook field -> the name of the
