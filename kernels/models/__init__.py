@@ -3,9 +3,9 @@
 Each module (:mod:`~kernels.models.resnet50_train`, :mod:`~kernels.models.bert_train`,
 :mod:`~kernels.models.vit_train`) exports ``SPEC`` (a :class:`~kernels.spec.KernelSpec` in the
 mould of :mod:`kernels.mlp_train`), ``TOLERANCE`` and ``footprint(size, itemsize)``; what they
-share (parameters, the step in both frameworks, the float64 reference, counting) is in
+share (parameters, the step in each framework, the float64 reference, counting) is in
 :mod:`kernels.models.common` and :mod:`kernels.models.transformer`. Importing this package
-imports neither JAX, Flax, TensorFlow nor Keras. float32 only (see bert_train for why).
+imports neither JAX, Flax, TensorFlow, Keras nor PyTorch. float32 only (see bert_train for why).
 
 Tolerances (relative norm-wise error of ``[loss, new parameters]`` against the float64 reference,
 as in :mod:`kernels.checks`). The output is the updated parameters, so its error is essentially

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels.frameworks import import_jax, import_tensorflow
+from kernels.frameworks import import_jax, import_tensorflow, import_torch
 from kernels.models import common, transformer
 from kernels.spec import make_sizes
 
@@ -189,6 +189,42 @@ def tf_function(size: BertSize) -> Any:
     )
 
 
+# --- PyTorch --------------------------------------------------------------------------------
+def _torch_model(size: BertSize) -> Any:
+    """The encoder as a ``torch.nn.Module`` over int64 token ids (B, S)."""
+    torch = import_torch()
+    nn = torch.nn
+    layer = transformer.torch_layer(LN_EPSILON, pre_norm=False)
+
+    class Bert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.word_embed = nn.Embedding(size.vocab, size.hidden)
+            self.pos_embed = nn.Embedding(size.seq, size.hidden)  # added whole, not looked up
+            self.embed_ln = nn.LayerNorm(size.hidden, eps=LN_EPSILON)
+            for index in range(size.layers):
+                self.add_module(f"layer{index}", layer(size.hidden, size.heads, size.mlp))
+            self.pooler = nn.Linear(size.hidden, size.hidden)
+            self.head = nn.Linear(size.hidden, size.classes)
+
+        def forward(self, tokens):
+            x = self.embed_ln(self.word_embed(tokens) + self.pos_embed.weight)
+            for index in range(size.layers):
+                x = getattr(self, f"layer{index}")(x)
+            return self.head(torch.tanh(self.pooler(x[:, 0])))
+
+    return Bert()
+
+
+def torch_function(size: BertSize) -> Any:
+    """The step with a ``torch.nn`` encoder, ``torch.func`` and the same SGD update."""
+    torch = import_torch()
+    model = common.meta_module(lambda: _torch_model(size))
+    return common.torch_step(
+        param_specs(size), 2, LEARNING_RATE, model, lambda tokens: (tokens.to(torch.int64),)
+    )
+
+
 SPEC = PARTS.spec(
     name="bert_train",
     description="one SGD-momentum training step of a BERT-base encoder with a classifier head",
@@ -196,5 +232,6 @@ SPEC = PARTS.spec(
     reference_fn=reference,
     jax_fn=jax_function,
     tf_fn=tf_function,
+    torch_fn=torch_function,
     tolerances=TOLERANCE,
 )

@@ -5,9 +5,11 @@ cross-entropy against one-hot labels (mean over the batch), gradients, and one s
 momentum (optax's ``sgd(lr, momentum=0.9)``: ``t' = g + 0.9 t``, ``p' = p + (-lr) t'``).
 
 - **Parameters** are a list of :class:`ParamSpec` in one canonical order, named by their Flax path
-  (``"stage1_block1/conv1/kernel"``). Both frameworks start from the same arrays, drawn in NumPy
-  by :func:`init_arrays` with the scheme each spec names. The Keras model's variables are matched
-  to the canonical names by their paths (:func:`canonical_name`).
+  (``"stage1_block1/conv1/kernel"``). The three frameworks start from the same arrays, drawn in
+  NumPy by :func:`init_arrays` with the scheme each spec names. The Keras model's variables are
+  matched to the canonical names by their paths (:func:`canonical_name`); the PyTorch module's
+  parameters by name and layout (:func:`torch_param`: HWIO convolution kernels are OIHW there,
+  dense ``(in, out)`` kernels ``Linear``'s ``(out, in)``, attention kernels flattened over heads).
 - **Inputs** (``inputs_fn``): the batch's data arrays, then the parameters, then the momentum
   buffers, all in the canonical order. The momentum is that of a run in progress: small random
   values (:data:`MOMENTUM_INIT_STD`), not zeros, so the momentum term is exercised.
@@ -18,7 +20,8 @@ momentum (optax's ``sgd(lr, momentum=0.9)``: ``t' = g + 0.9 t``, ``p' = p + (-lr
 - **Reference**: the JAX step (:func:`jax_step`) in float64, on the CPU, under the scoped
   ``jax.enable_x64(True)`` context (no process-wide flag survives the call). It shares the Flax
   model with the JAX step, so the TensorFlow step (Keras layers, ``tf.GradientTape``, its own
-  update) is the independent check of both.
+  update) and the PyTorch step (``torch.nn`` modules, ``torch.func``, its own update) are the
+  independent checks of both.
 
 Work counts (:class:`Work` accumulates them) follow :mod:`kernels.spec`'s convention: a
 multiply-add is 2 FLOPs, other arithmetic and each transcendental 1. A matmul or convolution of
@@ -36,7 +39,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels.frameworks import import_jax, import_tensorflow
+from kernels.frameworks import import_jax, import_tensorflow, import_torch
 from kernels.spec import KernelSpec, WorkCounts
 
 MOMENTUM = 0.9
@@ -259,6 +262,187 @@ def tf_step(
         return tf.concat([tf.reshape(loss, [1])] + [tf.reshape(p, [-1]) for p in new], axis=0)
 
     return step
+
+
+# --- PyTorch ---------------------------------------------------------------------------------
+_TORCH_LEAVES = {"kernel": "weight", "scale": "weight", "embedding": "weight"}
+
+
+class TorchParam(NamedTuple):
+    """Where a canonical parameter lives in a PyTorch module, and in which layout.
+
+    Attributes:
+        name: the ``torch.nn.Module`` parameter's dotted name (``"stage1_block1.conv1.weight"``).
+        layout: how the canonical (Flax) array becomes the torch one: ``"same"``; ``"dense"``
+            (kernel ``(in, out)`` to ``Linear.weight`` ``(out, in)``); ``"conv"`` (HWIO to
+            OIHW); ``"heads_in"`` (a query/key/value kernel ``(hidden, heads, dim)`` to
+            ``(heads * dim, hidden)``); ``"heads_out"`` (the output kernel ``(heads, dim,
+            hidden)`` to ``(hidden, heads * dim)``); ``"heads_bias"`` (``(heads, dim)`` to
+            ``(heads * dim,)``).
+    """
+
+    name: str
+    layout: str
+
+
+def torch_param(spec: ParamSpec) -> TorchParam:
+    """The torch parameter of a canonical one: the Flax path with dots, Flax's ``kernel``,
+    ``scale`` and ``embedding`` called ``weight``, and the layout the array's rank and place
+    imply (a kernel of rank 4 is a convolution's, of rank 2 a dense layer's, of rank 3 an
+    attention projection's; a bias of rank 2 is an attention projection's)."""
+    *path, leaf = spec.name.split("/")
+    layout = "same"
+    if leaf == "kernel":
+        rank = len(spec.shape)
+        layout = {4: "conv", 2: "dense"}.get(rank, "heads_out" if path[-1] == "out" else "heads_in")
+    elif leaf == "bias" and len(spec.shape) == 2:
+        layout = "heads_bias"
+    return TorchParam(".".join([*path, _TORCH_LEAVES.get(leaf, leaf)]), layout)
+
+
+def to_torch_layout(layout: str, array: Any) -> Any:
+    """A canonical array (a torch tensor) in the torch layout ``layout`` names (a view)."""
+    if layout == "conv":
+        return array.permute(3, 2, 0, 1)
+    if layout == "dense":
+        return array.t()
+    if layout == "heads_in":
+        return array.reshape(array.shape[0], -1).t()
+    if layout == "heads_out":
+        return array.reshape(-1, array.shape[-1]).t()
+    if layout == "heads_bias":
+        return array.reshape(-1)
+    return array
+
+
+def from_torch_layout(layout: str, tensor: Any, shape: tuple[int, ...]) -> Any:
+    """The inverse of :func:`to_torch_layout`: a torch parameter back in canonical ``shape``."""
+    if layout == "conv":
+        return tensor.permute(2, 3, 1, 0)
+    if layout in ("dense", "heads_in", "heads_out"):
+        return tensor.t().reshape(shape)
+    return tensor.reshape(shape)
+
+
+def torch_state(specs: Sequence[ParamSpec], tensors: Sequence[Any]) -> dict[str, Any]:
+    """The canonical parameters as a torch module's parameters, by name (views, no copies)."""
+    state = {}
+    for spec, tensor in zip(specs, tensors, strict=True):
+        name, layout = torch_param(spec)
+        state[name] = to_torch_layout(layout, tensor)
+    return state
+
+
+def load_torch_parameters(model: Any, specs: Sequence[ParamSpec], arrays: Sequence[Any]) -> None:
+    """Copy canonical NumPy arrays into a torch module's parameters (in its dtype, on its device).
+
+    Raises:
+        ValueError: the module's parameters are not exactly the canonical ones.
+    """
+    torch = import_torch()
+    check_torch_parameters(model, specs)
+    own = dict(model.named_parameters())
+    state = torch_state(specs, [torch.from_numpy(np.asarray(a)) for a in arrays])
+    with torch.no_grad():
+        for name, tensor in state.items():
+            own[name].copy_(tensor)
+
+
+def read_torch_parameters(model: Any, specs: Sequence[ParamSpec]) -> list[np.ndarray]:
+    """A torch module's parameters as canonical NumPy arrays, in the order of ``specs``."""
+    own = dict(model.named_parameters())
+    arrays = []
+    for spec in specs:
+        name, layout = torch_param(spec)
+        tensor = from_torch_layout(layout, own[name].detach().cpu(), spec.shape)
+        arrays.append(tensor.contiguous().numpy())
+    return arrays
+
+
+def check_torch_parameters(model: Any, specs: Sequence[ParamSpec]) -> None:
+    """Refuse a torch module whose parameters are not the canonical ones, name for name and in
+    the torch layout's shape.
+
+    Raises:
+        ValueError: a parameter is missing, extra or of another shape.
+    """
+    torch = import_torch()
+    empty = [torch.empty(s.shape, device="meta") for s in specs]
+    expected = {n: tuple(t.shape) for n, t in torch_state(specs, empty).items()}
+    own = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    if own != expected:
+        raise ValueError(
+            f"the torch module's parameters {sorted(own.items())} are not the canonical "
+            f"parameters {sorted(expected.items())}"
+        )
+
+
+def torch_step(
+    specs: Sequence[ParamSpec],
+    n_data: int,
+    learning_rate: float,
+    model: Any,
+    model_inputs: Callable[..., tuple[Any, ...]],
+) -> Callable[..., Any]:
+    """One training step in PyTorch: ``torch.func.functional_call`` of a ``torch.nn`` module
+    over the canonical parameters (viewed in torch's layouts, :func:`torch_param`), gradients by
+    ``torch.func.grad_and_value``, and the same SGD update as the other two.
+
+    The module (built on the ``meta`` device: it holds no memory of its own) supplies the
+    architecture only; every call passes it the parameters and fresh normalisation statistics
+    (running means 0, variances 1), so a step is a pure function of its inputs, as in the
+    other frameworks. Gradients reach the canonical arrays through the layout views.
+
+    Args:
+        specs: the parameters, in the canonical order.
+        n_data: how many data arrays lead the inputs; the last of them is the one-hot labels.
+        learning_rate: the SGD learning rate.
+        model: a ``torch.nn.Module`` in training mode whose parameters are exactly ``specs``.
+        model_inputs: ``model_inputs(*data_without_labels) -> tuple`` of the module's inputs.
+
+    Returns:
+        ``step(*tensors) -> [loss, new parameters...]`` as one 1-D tensor.
+
+    Raises:
+        ValueError: the module's parameters are not the canonical ones.
+    """
+    torch = import_torch()
+    from torch.func import functional_call, grad_and_value
+
+    check_torch_parameters(model, specs)
+    buffers = {n: (tuple(b.shape), b.dtype, "var" in n) for n, b in model.named_buffers()}
+    count = len(specs)
+
+    def loss_fn(params, features, labels):
+        device = labels.device
+        stats = {
+            n: torch.full(shape, 1 if ones else 0, dtype=dtype, device=device)
+            for n, (shape, dtype, ones) in buffers.items()
+        }
+        state = {**torch_state(specs, params), **stats}
+        logits = functional_call(model, state, model_inputs(*features))
+        return torch.nn.functional.cross_entropy(logits, labels)
+
+    def step(*tensors):
+        *features, labels = tensors[:n_data]
+        params = list(tensors[n_data : n_data + count])
+        trace = tensors[n_data + count :]
+        grads, loss = grad_and_value(loss_fn)(params, features, labels)
+        new = [
+            p + (-learning_rate) * (g + MOMENTUM * t)
+            for p, g, t in zip(params, grads, trace, strict=True)
+        ]
+        return torch.cat([loss.reshape(1)] + [p.reshape(-1) for p in new])
+
+    return step
+
+
+def meta_module(build: Callable[[], Any]) -> Any:
+    """``build()``'s torch module, made on the ``meta`` device (no memory, no initialisation
+    cost: :func:`torch_step` passes every parameter and buffer in), in training mode."""
+    torch = import_torch()
+    with torch.device("meta"):
+        return build().train()
 
 
 # --- counts ---------------------------------------------------------------------------------

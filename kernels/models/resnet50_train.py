@@ -32,11 +32,12 @@ At ``gpu`` the model is 6.05 TFLOP per step (XLA: 1.2 % more) and ~31 GiB of dev
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels.frameworks import import_jax
+from kernels.frameworks import import_jax, import_torch
 from kernels.models import common
 from kernels.spec import make_sizes
 
@@ -229,6 +230,93 @@ def tf_function(size: ResNetSize) -> Any:
     )
 
 
+# --- PyTorch --------------------------------------------------------------------------------
+def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
+    """SAME padding of one axis as TensorFlow and XLA place it: ``(before, after)``, the odd
+    pixel after (PyTorch's own ``padding="same"`` allows stride 1 only)."""
+    pad = max((-(-size // stride) - 1) * stride + kernel - size, 0)
+    return pad // 2, pad - pad // 2
+
+
+def _torch_same(x: Any, kernel: int, stride: int) -> tuple[Any, tuple[int, int]]:
+    """``x`` (NCHW) padded for a SAME window: symmetric padding is left to the op (returned),
+    asymmetric padding is applied here (zeros for a convolution)."""
+    torch = import_torch()
+    pads = [same_padding(side, kernel, stride) for side in x.shape[2:]]
+    if all(before == after for before, after in pads):
+        return x, (pads[0][0], pads[1][0])
+    (top, bottom), (left, right) = pads
+    return torch.nn.functional.pad(x, (left, right, top, bottom)), (0, 0)
+
+
+def _torch_model(size: ResNetSize) -> Any:
+    """The ResNet as a ``torch.nn.Module`` (NCHW inside; it takes NHWC images like the others)."""
+    torch = import_torch()
+    nn, functional = torch.nn, torch.nn.functional
+
+    class SameConv(nn.Conv2d):
+        def __init__(self, c_in: int, c_out: int, k: int, s: int):
+            super().__init__(c_in, c_out, k, s, bias=False)
+
+        def forward(self, x):
+            x, padding = _torch_same(x, self.kernel_size[0], self.stride[0])
+            return functional.conv2d(x, self.weight, None, self.stride, padding)
+
+    def norm(c: int) -> Any:  # Flax's momentum 0.9 on the running average is torch's 0.1
+        return nn.BatchNorm2d(c, eps=BN_EPSILON, momentum=1 - 0.9)
+
+    class Bottleneck(nn.Module):
+        def __init__(self, c_in: int, width: int, stride: int, project: bool):
+            super().__init__()
+            self.conv1, self.bn1 = SameConv(c_in, width, 1, 1), norm(width)
+            self.conv2, self.bn2 = SameConv(width, width, 3, stride), norm(width)
+            self.conv3, self.bn3 = SameConv(width, 4 * width, 1, 1), norm(4 * width)
+            if project:
+                self.proj_conv = SameConv(c_in, 4 * width, 1, stride)
+                self.proj_bn = norm(4 * width)
+
+        def forward(self, x):
+            y = functional.relu(self.bn1(self.conv1(x)))
+            y = functional.relu(self.bn2(self.conv2(y)))
+            y = self.bn3(self.conv3(y))
+            if hasattr(self, "proj_conv"):
+                x = self.proj_bn(self.proj_conv(x))
+            return functional.relu(x + y)
+
+    class ResNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem_conv, self.stem_bn = SameConv(3, size.width, 7, 2), norm(size.width)
+            c_in, self.blocks = size.width, []
+            for stage, count in enumerate(size.blocks):
+                width = size.width * 2**stage
+                for block in range(count):
+                    stride = 2 if stage > 0 and block == 0 else 1
+                    name = f"stage{stage + 1}_block{block + 1}"
+                    self.add_module(name, Bottleneck(c_in, width, stride, block == 0))
+                    self.blocks.append(name)
+                    c_in = 4 * width
+            self.head = nn.Linear(c_in, size.classes)
+
+        def forward(self, images):
+            x = images.permute(0, 3, 1, 2).contiguous()
+            x = functional.relu(self.stem_bn(self.stem_conv(x)))
+            (top, bottom), (left, right) = (same_padding(s, 3, 2) for s in x.shape[2:])
+            x = functional.pad(x, (left, right, top, bottom), value=-math.inf)
+            x = functional.max_pool2d(x, 3, 2)
+            for name in self.blocks:
+                x = getattr(self, name)(x)
+            return self.head(x.mean(dim=(2, 3)))
+
+    return ResNet()
+
+
+def torch_function(size: ResNetSize) -> Any:
+    """The step with a ``torch.nn`` ResNet, ``torch.func`` and the same SGD update."""
+    model = common.meta_module(lambda: _torch_model(size))
+    return common.torch_step(param_specs(size), 2, LEARNING_RATE, model, lambda x: (x,))
+
+
 SPEC = PARTS.spec(
     name="resnet50_train",
     description="one SGD-momentum training step of ResNet-50 (bottleneck, BatchNorm) on images",
@@ -236,5 +324,6 @@ SPEC = PARTS.spec(
     reference_fn=reference,
     jax_fn=jax_function,
     tf_fn=tf_function,
+    torch_fn=torch_function,
     tolerances=TOLERANCE,
 )

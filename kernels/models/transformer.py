@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernels.frameworks import import_torch
 from kernels.models import common
 
 
@@ -138,3 +139,50 @@ def keras_layer(x: Any, name: str, heads: int, mlp: int, epsilon: float, pre_nor
         return x + mlp_branch(ln2(x))
     x = ln1(x + attention(x, x))
     return ln2(x + mlp_branch(x))
+
+
+def torch_layer(epsilon: float, pre_norm: bool) -> Any:
+    """The ``torch.nn`` encoder layer class: ``Layer(hidden, heads, mlp)``, named as the Flax
+    layer (``attn.query``, ``ln1``, ``mlp_in``...). The query, key, value and output projections
+    are separate ``nn.Linear`` layers (as Hugging Face's BERT has them) and attention is
+    ``scaled_dot_product_attention`` (default scale ``1/sqrt(head_dim)``, no mask, no dropout).
+    """
+    torch = import_torch()
+    nn, functional = torch.nn, torch.nn.functional
+
+    class Attention(nn.Module):
+        def __init__(self, hidden: int, heads: int):
+            super().__init__()
+            self.heads = heads
+            self.query, self.key = nn.Linear(hidden, hidden), nn.Linear(hidden, hidden)
+            self.value, self.out = nn.Linear(hidden, hidden), nn.Linear(hidden, hidden)
+
+        def forward(self, x):
+            batch, seq, hidden = x.shape
+
+            def split(y):
+                return y.reshape(batch, seq, self.heads, -1).transpose(1, 2)
+
+            q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
+            context = functional.scaled_dot_product_attention(q, k, v)
+            return self.out(context.transpose(1, 2).reshape(batch, seq, hidden))
+
+    class Layer(nn.Module):
+        def __init__(self, hidden: int, heads: int, mlp: int):
+            super().__init__()
+            self.attn = Attention(hidden, heads)
+            self.ln1 = nn.LayerNorm(hidden, eps=epsilon)
+            self.ln2 = nn.LayerNorm(hidden, eps=epsilon)
+            self.mlp_in, self.mlp_out = nn.Linear(hidden, mlp), nn.Linear(mlp, hidden)
+
+        def mlp(self, y):
+            return self.mlp_out(functional.gelu(self.mlp_in(y), approximate="none"))
+
+        def forward(self, x):
+            if pre_norm:
+                x = x + self.attn(self.ln1(x))
+                return x + self.mlp(self.ln2(x))
+            x = self.ln1(x + self.attn(x))
+            return self.ln2(x + self.mlp(x))
+
+    return Layer

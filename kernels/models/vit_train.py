@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels.frameworks import import_jax
+from kernels.frameworks import import_jax, import_torch
 from kernels.models import common, transformer
 from kernels.spec import make_sizes
 
@@ -183,6 +183,51 @@ def tf_function(size: VitSize) -> Any:
     )
 
 
+# --- PyTorch --------------------------------------------------------------------------------
+def _torch_model(size: VitSize) -> Any:
+    """The ViT as a ``torch.nn.Module`` (it takes NHWC images like the others)."""
+    torch = import_torch()
+    nn = torch.nn
+    layer = transformer.torch_layer(LN_EPSILON, pre_norm=True)
+    seq = _tokens(size)
+
+    class Embed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cls = nn.Parameter(torch.zeros(1, 1, size.hidden))
+            self.pos = nn.Parameter(torch.zeros(1, seq, size.hidden))
+
+        def forward(self, x):
+            cls = self.cls.expand(x.shape[0], 1, size.hidden)
+            return torch.cat([cls, x], dim=1) + self.pos
+
+    class Vit(nn.Module):
+        def __init__(self):
+            super().__init__()
+            p = size.patch
+            self.patch_embed = nn.Conv2d(3, size.hidden, p, p)
+            self.embed = Embed()
+            for index in range(size.layers):
+                self.add_module(f"layer{index}", layer(size.hidden, size.heads, size.mlp))
+            self.final_ln = nn.LayerNorm(size.hidden, eps=LN_EPSILON)
+            self.head = nn.Linear(size.hidden, size.classes)
+
+        def forward(self, images):
+            x = self.patch_embed(images.permute(0, 3, 1, 2).contiguous())
+            x = self.embed(x.flatten(2).transpose(1, 2))  # (B, patches, hidden), row-major
+            for index in range(size.layers):
+                x = getattr(self, f"layer{index}")(x)
+            return self.head(self.final_ln(x)[:, 0])
+
+    return Vit()
+
+
+def torch_function(size: VitSize) -> Any:
+    """The step with a ``torch.nn`` ViT, ``torch.func`` and the same SGD update."""
+    model = common.meta_module(lambda: _torch_model(size))
+    return common.torch_step(param_specs(size), 2, LEARNING_RATE, model, lambda x: (x,))
+
+
 SPEC = PARTS.spec(
     name="vit_train",
     description="one SGD-momentum training step of a ViT-B/16 image classifier",
@@ -190,5 +235,6 @@ SPEC = PARTS.spec(
     reference_fn=reference,
     jax_fn=jax_function,
     tf_fn=tf_function,
+    torch_fn=torch_function,
     tolerances=TOLERANCE,
 )
