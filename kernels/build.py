@@ -16,6 +16,11 @@ transfer, and :meth:`BuiltKernel.call` the same with the output copied into a Nu
 - TensorFlow: ``tf.function(f, jit_compile=xla)``, traced once into a concrete function; the TF32
   switch is set around the build and around every call, since it is process-wide. Without a
   GPU, TensorFlow runs synchronously; with one, calls end with ``sync_devices``.
+- PyTorch: the function run eagerly, or under ``torch.compile`` (``compile``); inputs on
+  ``cuda`` when the worker's GPU is visible, else on the CPU. The precision and deterministic
+  knobs are process-wide, so they are set around the build and around every call
+  (:func:`kernels.frameworks.torch_mode_scope`). On a GPU calls are asynchronous and ``sync`` is
+  ``torch.cuda.synchronize``; on the CPU they compute before they return.
 
 The float64 reference is computed on demand from the same rounded inputs (the host copy made at
 the build, kept until then, or drawn again from the seed) and cached.
@@ -40,9 +45,11 @@ from kernels.compare import (
     split_reference,
     tf_error_sums,
     tf_nonfinite_count,
+    torch_error_sums,
+    torch_nonfinite_count,
 )
 from kernels.cost import CompiledWork, compiled_work
-from kernels.fingerprint import jax_fingerprint, tf_fingerprint
+from kernels.fingerprint import jax_fingerprint, tf_fingerprint, torch_fingerprint
 from kernels.spec import KernelOptionError, KernelOptions, KernelSpec, WorkCounts
 
 
@@ -262,6 +269,105 @@ class _TensorFlowBackend:
         return True
 
 
+class _TorchBackend:
+    """A PyTorch function, eager or ``torch.compile``d (bare, and fused with the fingerprint),
+    and its inputs on the device (``cuda`` when the worker's GPU is visible, else the CPU).
+
+    On a GPU a call returns once its kernels are queued and ``sync`` waits for the device; on
+    the CPU PyTorch computes before it returns. Compiled, the fingerprint is traced into the
+    same graph as the kernel (Inductor fuses it); eager, it is a separate pass on the device.
+    """
+
+    def __init__(self, fn: Callable[..., Any], inputs: tuple[np.ndarray, ...],
+                 options: KernelOptions):
+        torch = fw.import_torch()
+        self._torch = torch
+        self._fn = fn
+        self._compile = options.compile
+        self._mode = (options.precision, options.deterministic)
+        self._cuda = torch.cuda.is_available() and torch.cuda.device_count() > 0
+        self._device = torch.device("cuda" if self._cuda else "cpu")
+        self._args = tuple(self.put(a) for a in inputs)
+        self._step = self._compiled(fn)
+        self._checked: Any = None
+
+    def _compiled(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` compiled (``torch.compile``: traced at its first call), or as it is."""
+        if not self._compile:
+            return fn
+        return self._torch.compile(fn, fullgraph=False, dynamic=False)
+
+    def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        with fw.torch_mode_scope(*self._mode):
+            return fn(*args)
+
+    def dispatch(self) -> Any:
+        return self._run(self._step, *self._args)
+
+    def dispatch_checked(self) -> tuple[Any, Any]:
+        if self._checked is None:
+            fn = self._fn
+
+            def checked(*args: Any) -> tuple[Any, Any]:
+                out = fn(*args)
+                return out, torch_fingerprint(out)
+
+            self._checked = self._compiled(checked)
+        return self._run(self._checked, *self._args)
+
+    def fingerprint(self, handle: Any) -> Any:
+        return torch_fingerprint(handle)
+
+    def put(self, array: np.ndarray) -> Any:
+        torch = self._torch
+        if array.dtype == fw.numpy_dtype("bfloat16"):  # NumPy has no bfloat16 PyTorch reads
+            host = torch.from_numpy(np.ascontiguousarray(array).view(np.int16))
+            return host.to(self._device).view(torch.bfloat16)
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self._device)
+
+    def error_sums(self, handle: Any, hi: Any, lo: Any) -> Any:
+        return torch_error_sums(handle, hi, lo)
+
+    def nonfinite_count(self, handle: Any) -> Any:
+        return torch_nonfinite_count(handle)
+
+    @staticmethod
+    def nbytes(handle: Any) -> int:
+        return int(handle.numel()) * int(handle.element_size())
+
+    def sync(self, handle: Any) -> None:
+        del handle
+        if self._cuda:
+            self._torch.cuda.synchronize(self._device)
+
+    def fetch(self, handles: list[Any]) -> list[np.ndarray]:
+        return [self.to_numpy(h) for h in handles]
+
+    def call_device(self) -> Any:
+        out = self.dispatch()
+        self.sync(out)
+        return out
+
+    def to_numpy(self, handle: Any) -> np.ndarray:
+        tensor = handle.detach()
+        if tensor.dtype == self._torch.bfloat16:
+            bits = tensor.contiguous().view(self._torch.int16).cpu().numpy()
+            return bits.view(fw.numpy_dtype("bfloat16"))
+        return np.asarray(tensor.cpu().numpy())
+
+    def peak_memory(self) -> tuple[int | None, str]:
+        if not self._cuda:
+            return None, "torch keeps no peak memory on the CPU"
+        peak = self._torch.cuda.max_memory_allocated(self._device)
+        return int(peak), "torch.cuda.max_memory_allocated"
+
+    def reset_peak_memory(self) -> bool:
+        if not self._cuda:
+            return False
+        self._torch.cuda.reset_peak_memory_stats(self._device)
+        return True
+
+
 class BuiltKernel:
     """One workload compiled for one :class:`~kernels.spec.KernelOptions`.
 
@@ -269,7 +375,7 @@ class BuiltKernel:
         spec: the workload's :class:`~kernels.spec.KernelSpec`.
         options: the options it was built with, resolved (:meth:`KernelOptions.resolved`).
         workload: the workload name.
-        framework: ``"jax"`` or ``"tensorflow"``.
+        framework: ``"jax"``, ``"tensorflow"`` or ``"pytorch"``.
         framework_version: the framework's version string.
         preset: the size preset.
         variant: the shape variant.
@@ -277,7 +383,10 @@ class BuiltKernel:
         dtype: the dtype name.
         precision: the precision name.
         seed: the seed of the inputs.
-        xla: whether XLA compiles it (always True for JAX).
+        xla: whether XLA compiles it (always True for JAX, False for PyTorch).
+        compile: PyTorch: whether ``torch.compile`` compiles it (False elsewhere).
+        deterministic: whether deterministic algorithms are on (PyTorch's option; always True
+            for JAX and TensorFlow).
         counts: FLOPs and minimum bytes of one call at this size.
         build_s: seconds the build took (inputs, transfer, compile, warm-up call).
         output_bytes: bytes of one call's output on the device.
@@ -295,6 +404,7 @@ class BuiltKernel:
         self.framework = framework = options.framework
         self.preset, self.dtype, self.precision = options.preset, options.dtype, options.precision
         self.seed, self.xla = options.seed, options.xla
+        self.compile, self.deterministic = options.compile, options.deterministic
         self.variant = str(options.variant)  # resolved: always named
         self.size = spec.sizes[self.preset][self.variant]
         self.counts: WorkCounts = spec.counts(self.preset, self.dtype, self.variant)
@@ -305,12 +415,7 @@ class BuiltKernel:
         self.bytes_to_host = 0
         self.reference_builds = 0
         inputs = self._rounded_inputs()
-        if framework == "jax":
-            self._backend: Any = _JaxBackend(spec.jax_fn(self.size), inputs, self.precision)
-        else:
-            self._backend = _TensorFlowBackend(
-                spec.tf_fn(self.size), inputs, self.precision, self.xla
-            )
+        self._backend: Any = self._make_backend(inputs)
         # Kept until the reference is computed (a trial asks for it right after its warm-up):
         # drawing a GPU-sized input again from the seed took seconds per array on the host.
         self._inputs: tuple[np.ndarray, ...] | None = inputs if spec.reference_fn else None
@@ -319,6 +424,15 @@ class BuiltKernel:
         self.output_bytes = self._backend.nbytes(warm)
         del warm
         self.build_s = time.perf_counter() - start
+
+    def _make_backend(self, inputs: tuple[np.ndarray, ...]) -> Any:
+        """The framework's backend over these inputs: compiled (or, eager, ready) to call."""
+        spec, options = self.spec, self.options
+        if self.framework == "jax":
+            return _JaxBackend(spec.jax_fn(self.size), inputs, self.precision)
+        if self.framework == "pytorch":
+            return _TorchBackend(spec.torch_fn(self.size), inputs, options)
+        return _TensorFlowBackend(spec.tf_fn(self.size), inputs, self.precision, self.xla)
 
     def _rounded_inputs(self) -> tuple[np.ndarray, ...]:
         rng = np.random.default_rng(self.seed)
@@ -440,11 +554,13 @@ class BuiltKernel:
         """The framework's peak device memory in bytes, and where the figure comes from: JAX's
         ``memory_stats()["peak_bytes_in_use"]`` (None where the device keeps no stats, as the
         CPU; since the process started: JAX cannot reset it), TensorFlow's
-        ``get_memory_info(device)["peak"]`` (since :meth:`reset_peak_memory`)."""
+        ``get_memory_info(device)["peak"]`` and PyTorch's ``torch.cuda.max_memory_allocated``
+        (None on the CPU) since :meth:`reset_peak_memory`."""
         return self._backend.peak_memory()
 
     def reset_peak_memory(self) -> bool:
-        """Start the peak over where the framework allows (TensorFlow); False where it cannot."""
+        """Start the peak over where the framework allows (TensorFlow; PyTorch on a GPU);
+        False where it cannot."""
         return self._backend.reset_peak_memory()
 
     def describe(self) -> dict[str, Any]:
@@ -460,6 +576,8 @@ class BuiltKernel:
             "precision": self.precision,
             "seed": self.seed,
             "xla": self.xla,
+            "compile": self.compile,
+            "deterministic": self.deterministic,
             "flops": self.counts.flops,
             "bytes_moved": self.counts.bytes_moved,
         }
@@ -467,5 +585,6 @@ class BuiltKernel:
     def __repr__(self) -> str:
         return (
             f"BuiltKernel({self.workload}/{self.variant}, {self.framework}, preset={self.preset}, "
-            f"dtype={self.dtype}, precision={self.precision}, seed={self.seed}, xla={self.xla})"
+            f"dtype={self.dtype}, precision={self.precision}, seed={self.seed}, xla={self.xla}, "
+            f"compile={self.compile})"
         )

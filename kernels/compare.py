@@ -17,7 +17,7 @@ difference itself, not the output. So the errors computed on the device agree wi
 float64 computation (:func:`host_errors`) to about 1e-6 of themselves; a reduction in float32 sums
 the squares in a tree on a GPU, and in 1024-element blocks here where the size allows it, so the
 sums' own rounding stays that small. ``tests/kernels/test_compare.py`` checks both against each
-other for every workload and both frameworks.
+other for every workload and every framework.
 
 Device memory: ``hi`` and ``lo`` take 8 bytes per output element (twice a float32 output, four
 times a bfloat16 one), once per kernel; the comparison's temporaries are fused by XLA into the
@@ -150,3 +150,26 @@ def tf_nonfinite_count(output: Any) -> Any:
 
     finite = tf.math.is_finite(tf.cast(output, tf.float32))
     return tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32))
+
+
+def torch_error_sums(output: Any, hi: Any, lo: Any) -> Any:
+    """The :data:`ERROR_SUMS` of a PyTorch tensor, on its device, as :func:`jax_error_sums`
+    forms them: ``(out - hi) - lo`` in float32, its squares summed in 1024-element blocks and
+    then across them, and its largest absolute value. Eager, the difference is one pass that
+    writes a float32 temporary and the two reductions read it (no graph compiler to fuse them);
+    it runs after the window, never inside one."""
+    import torch
+
+    out = output.detach().reshape(-1).to(torch.float32)
+    diff = torch.sub(out, hi.reshape(-1)).sub_(lo.reshape(-1))
+    blocks = _blocked(diff, diff.numel(), torch.reshape)
+    sq = torch.sum(torch.sum(blocks * blocks, dim=-1))
+    top = torch.linalg.vector_norm(diff, ord=float("inf"))
+    return torch.stack([sq, top])
+
+
+def torch_nonfinite_count(output: Any) -> Any:
+    """How many values of a PyTorch tensor are NaN or infinite (an ``int64`` on its device)."""
+    import torch
+
+    return torch.sum(~torch.isfinite(output.detach()))

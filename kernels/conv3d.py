@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels.frameworks import import_jax, import_tensorflow
+from kernels.frameworks import import_jax, import_tensorflow, import_torch
 from kernels.spec import KernelSpec, WorkCounts, make_sizes, module_hooks
 
 
@@ -103,6 +103,25 @@ def tf_function(size: Conv3dSize) -> Any:
 
     def conv3d(x, w, b):
         return tf.nn.conv3d(x, w, strides=[1, 1, 1, 1, 1], padding="SAME") + b
+
+    return conv3d
+
+
+def torch_function(size: Conv3dSize) -> Any:
+    """The layer with ``torch.nn.functional.conv3d`` on the same NDHWC and DHWIO arrays.
+
+    PyTorch's logical layout is NCDHW with an (O, I, D, H, W) filter: the input's permuted view
+    is NCDHW in ``channels_last_3d`` memory (no copy), the convolution keeps that memory format,
+    and its output permuted back is NDHWC and contiguous. Odd filters only (``padding="same"``
+    pads symmetrically, as ``SAME`` does for them).
+    """
+    torch = import_torch()
+    functional = torch.nn.functional
+
+    def conv3d(x, w, b):
+        y = functional.conv3d(x.permute(0, 4, 1, 2, 3), w.permute(4, 3, 0, 1, 2), b,
+                              stride=1, padding="same")
+        return y.permute(0, 2, 3, 4, 1)
 
     return conv3d
 

@@ -15,10 +15,11 @@ Any single flipped bit changes the plain sum: flipping bit ``b`` of one word mov
 plain sum cannot, such as two elements swapped. It is a check against hardware faults, not a
 cryptographic hash: it is not meant to resist outputs crafted to collide.
 
-The three implementations (:func:`numpy_fingerprint`, :func:`jax_fingerprint`,
-:func:`tf_fingerprint`) give the same two words for the same bits; ``tests/kernels`` checks that
-for every dtype in both frameworks. The NumPy one serves the simulated GPU, which corrupts an
-output on the host (its clock is virtual, so host work costs a window nothing), and the tests.
+The four implementations (:func:`numpy_fingerprint`, :func:`jax_fingerprint`,
+:func:`tf_fingerprint`, :func:`torch_fingerprint`) give the same two words for the same bits;
+``tests/kernels`` checks that for every dtype in every framework. The NumPy one serves the
+simulated GPU, which corrupts an output on the host (its clock is virtual, so host work costs a
+window nothing), and the tests.
 """
 
 from __future__ import annotations
@@ -72,6 +73,38 @@ def tf_fingerprint(output: Any) -> Any:
     weights = tf.range(1, tf.size(words) + 1, dtype=tf.int32)
     weights = tf.bitcast(weights, tf.uint32)
     return tf.stack([tf.reduce_sum(words), tf.reduce_sum(words * weights)])
+
+
+_TORCH_CHUNK = 1 << 24  # elements per int64 pass in PyTorch: 128 MiB temporaries each
+_MASK32 = 0xFFFFFFFF
+
+
+def torch_fingerprint(output: Any) -> Any:
+    """The fingerprint of a PyTorch tensor, on its device: two words, held as ``int64`` in
+    ``[0, 2**32)`` (PyTorch has no wrap-around ``uint32`` arithmetic).
+
+    The words are widened to ``int64`` and the position-weighted product is formed in 16-bit
+    halves, so nothing overflows; the sums go over chunks of 2**24 elements, so the temporaries
+    stay small beside a GPU-sized output. Traced into the caller's ``torch.compile`` as one
+    graph; eager, a few passes over the output, on the device.
+    """
+    import torch
+
+    signed = {4: torch.int32, 2: torch.int16, 1: torch.int8}[output.element_size()]
+    words = output.contiguous().reshape(-1).view(signed)
+    low = (1 << (8 * output.element_size())) - 1
+    plain = torch.zeros((), dtype=torch.int64, device=output.device)
+    weighted = torch.zeros((), dtype=torch.int64, device=output.device)
+    for start in range(0, words.numel(), _TORCH_CHUNK):
+        chunk = words[start : start + _TORCH_CHUNK].to(torch.int64) & low
+        weights = torch.arange(start + 1, start + chunk.numel() + 1, dtype=torch.int64,
+                               device=output.device) & _MASK32
+        # chunk * weights mod 2**32, in 16-bit halves of chunk: each product stays < 2**48.
+        product = (chunk & 0xFFFF) * weights + (((chunk >> 16) * weights) & 0xFFFF) * 65536
+        plain = plain + chunk.sum()
+        weighted = weighted + (product & _MASK32).sum()
+        del product
+    return torch.stack([plain & _MASK32, weighted & _MASK32])
 
 
 def fingerprint_hex(fingerprint: Any) -> str:

@@ -28,6 +28,13 @@ highest    ``"highest"`` (full fp32)                     TF32 disabled
 tf32       ``"tensorfloat32"``                           TF32 enabled
 ========== ============================================ ==============================
 
+PyTorch (``torch.set_float32_matmul_precision``, which also sets
+``torch.backends.cuda.matmul.allow_tf32``; ``torch.backends.cudnn.allow_tf32`` for convolutions):
+``default`` keeps its own defaults (matmuls in full fp32, cuDNN convolutions in TF32),
+``highest`` is ``"highest"`` with cuDNN TF32 off, ``tf32`` is ``"high"`` with cuDNN TF32 on.
+Like TensorFlow's switch they are process-wide, so :func:`torch_mode_scope` sets them around a
+build and around every call, with ``torch.use_deterministic_algorithms``.
+
 bf16 is a dtype (bfloat16 inputs and outputs), not a precision. On a CPU, TF32 does not exist and
 every float32 matmul runs at full precision whatever the knob says.
 """
@@ -181,6 +188,51 @@ def jax_precision_scope(precision: str) -> Iterator[None]:
         return
     with jax.default_matmul_precision(value):
         yield
+
+
+# (float32 matmul precision, cuDNN TF32) per precision; None leaves PyTorch's own default.
+_TORCH_PRECISION: dict[str, tuple[str, bool] | None] = {
+    "default": None,
+    "highest": ("highest", False),
+    "tf32": ("high", True),
+}
+
+
+def _torch_mode(torch: Any) -> tuple[str, bool, bool]:
+    """The process-wide knobs :func:`torch_mode_scope` sets, as they are now."""
+    return (torch.get_float32_matmul_precision(), bool(torch.backends.cudnn.allow_tf32),
+            bool(torch.are_deterministic_algorithms_enabled()))
+
+
+def _set_torch_mode(torch: Any, mode: tuple[str, bool, bool]) -> None:
+    matmul, cudnn_tf32, deterministic = mode
+    torch.set_float32_matmul_precision(matmul)
+    torch.backends.cudnn.allow_tf32 = cudnn_tf32
+    torch.use_deterministic_algorithms(deterministic)
+
+
+@contextlib.contextmanager
+def torch_mode_scope(precision: str, deterministic: bool = True) -> Iterator[None]:
+    """Run PyTorch code with the precision ``precision`` names and deterministic algorithms on
+    or off, then restore both (they are process-wide, read when an op runs and when
+    ``torch.compile`` generates code, so kernels of different modes can share a process).
+
+    Args:
+        precision: ``"default"``, ``"highest"`` or ``"tf32"`` (see the module docstring).
+        deterministic: ``torch.use_deterministic_algorithms`` inside the scope.
+    """
+    torch = import_torch()
+    before = _torch_mode(torch)
+    knobs = _TORCH_PRECISION[precision]
+    wanted = (*(knobs or before[:2]), bool(deterministic))
+    if wanted == before:
+        yield
+        return
+    _set_torch_mode(torch, wanted)
+    try:
+        yield
+    finally:
+        _set_torch_mode(torch, before)
 
 
 @contextlib.contextmanager

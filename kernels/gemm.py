@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels.frameworks import import_jax, import_tensorflow
+from kernels.frameworks import import_jax, import_tensorflow, import_torch
 from kernels.spec import KernelSpec, WorkCounts, make_sizes, module_hooks
 
 
@@ -71,6 +71,16 @@ def tf_function(size: GemmSize) -> Any:
 
     def gemm(a, b):
         return tf.linalg.matmul(a, b)
+
+    return gemm
+
+
+def torch_function(size: GemmSize) -> Any:
+    """``a @ b`` in PyTorch (precision from ``torch.set_float32_matmul_precision``)."""
+    torch = import_torch()
+
+    def gemm(a, b):
+        return torch.matmul(a, b)
 
     return gemm
 

@@ -2,7 +2,8 @@
 
 ``f(x) = sin(x) * exp(-x**2 / 2)``. JAX computes ``vmap(grad(grad(f)))(x)``; TensorFlow nests two
 ``GradientTape``s (the inner one gives ``f'`` elementwise, the outer one differentiates that
-again). Because ``f`` acts elementwise, ``sum(f(x))`` has a diagonal Hessian and both give its
+again); PyTorch calls ``torch.autograd.grad`` twice, the first with ``create_graph=True``.
+Because ``f`` acts elementwise, ``sum(f(x))`` has a diagonal Hessian and all three give its
 diagonal, ``f''(x)``. The reference is the closed form, derived by hand, in float64:
 
     f''(x) = exp(-x**2 / 2) * ((x**2 - 2) * sin(x) - 2 * x * cos(x))
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kernels.elementwise import ArraySize, ElementwiseWork, one_input_shape
-from kernels.frameworks import import_jax, import_tensorflow
+from kernels.frameworks import import_jax, import_tensorflow, import_torch
 from kernels.spec import KernelSpec, make_sizes, module_hooks
 
 FLOPS_PER_ELEMENT = 11
@@ -77,6 +78,34 @@ def tf_function(size: ArraySize) -> Any:
 
     return hessian
 
+
+def torch_function(size: ArraySize) -> Any:
+    """Two ``torch.autograd.grad`` calls, the first with ``create_graph=True`` so the second
+    differentiates ``f'`` again (each ``sum`` has a diagonal Jacobian, as in TensorFlow).
+
+    ``torch.compile`` cannot trace a double backward through ``autograd.grad`` (AOTAutograd
+    refuses it), so the traced path takes the same two derivatives with ``torch.func.grad``,
+    which it compiles into one graph: the same math, the same operations.
+    """
+    torch = import_torch()
+
+    def f_sum(x):
+        return torch.sum(torch.sin(x) * torch.exp(-0.5 * x * x))
+
+    def first_sum(x):
+        return torch.sum(torch.func.grad(f_sum)(x))
+
+    def hessian(x):
+        if torch.compiler.is_compiling():
+            return torch.func.grad(first_sum)(x)
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            y = torch.sin(x) * torch.exp(-0.5 * x * x)
+            (first,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+            (second,) = torch.autograd.grad(first.sum(), x)
+        return second.detach()
+
+    return hessian
 
 SPEC = KernelSpec(
     name="hessian",

@@ -2,10 +2,10 @@
 
 The network is ``widths = (d_0, d_1, ..., d_L)``: L dense layers ``h = h @ W + b``, ``tanh`` after
 every layer but the last. The loss is half the mean squared error over the batch,
-``0.5 * sum((pred - y)**2) / B``. Gradients come from ``jax.grad`` and ``tf.GradientTape``; the
-float64 reference back-propagates by hand, so it shares no code with either framework. The step
-returns the updated parameters ``p - lr * grad`` (lr = 0.1), flattened and concatenated in the
-order ``W_1, b_1, ..., W_L, b_L``: one array.
+``0.5 * sum((pred - y)**2) / B``. Gradients come from ``jax.grad``, ``tf.GradientTape`` and
+``torch.autograd.grad``; the float64 reference back-propagates by hand, so it shares no code
+with any framework. The step returns the updated parameters ``p - lr * grad`` (lr = 0.1),
+flattened and concatenated in the order ``W_1, b_1, ..., W_L, b_L``: one array.
 
 Counts (B = batch, layer l maps d_in to d_out):
 
@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels.frameworks import import_jax, import_tensorflow
+from kernels.frameworks import import_jax, import_tensorflow, import_torch
 from kernels.spec import KernelSpec, WorkCounts, make_sizes, module_hooks
 
 LEARNING_RATE = 0.1
@@ -155,6 +155,29 @@ def tf_function(size: MlpSize) -> Any:
             [tf.reshape(p - LEARNING_RATE * g, [-1]) for p, g in zip(params, grads, strict=True)],
             axis=0,
         )
+
+    return mlp_train
+
+
+def torch_function(size: MlpSize) -> Any:
+    """The step with ``torch.autograd.grad``."""
+    torch = import_torch()
+
+    def mlp_train(x, y, *params):
+        count = len(params) // 2
+        with torch.enable_grad():
+            leaves = [p.detach().requires_grad_(True) for p in params]
+            h = x
+            for index in range(count):
+                h = torch.matmul(h, leaves[2 * index]) + leaves[2 * index + 1]
+                if index < count - 1:
+                    h = torch.tanh(h)
+            loss = 0.5 * torch.sum(torch.square(h - y)) / size.batch
+            grads = torch.autograd.grad(loss, leaves)
+        with torch.no_grad():
+            return torch.cat(
+                [(p - LEARNING_RATE * g).reshape(-1) for p, g in zip(params, grads, strict=True)]
+            )
 
     return mlp_train
 

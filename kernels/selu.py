@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from kernels.elementwise import ArraySize, ElementwiseWork, one_input_shape
-from kernels.frameworks import import_jax, import_tensorflow
+from kernels.frameworks import import_jax, import_tensorflow, import_torch
 from kernels.spec import KernelSpec, make_sizes, module_hooks
 
 ALPHA = 1.6732632423543772848170429916717
@@ -52,6 +52,12 @@ def tf_function(size: ArraySize) -> Any:
     """``tf.nn.selu``."""
     tf = import_tensorflow()
     return tf.nn.selu
+
+
+def torch_function(size: ArraySize) -> Any:
+    """``torch.nn.functional.selu``."""
+    torch = import_torch()
+    return torch.nn.functional.selu
 
 
 SPEC = KernelSpec(

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from kernels.elementwise import ArraySize, ElementwiseWork, one_input_shape
-from kernels.frameworks import import_jax, import_tensorflow
+from kernels.frameworks import import_jax, import_tensorflow, import_torch
 from kernels.spec import KernelSpec, make_sizes, module_hooks
 
 SIZES = make_sizes(
@@ -94,6 +94,20 @@ def tf_function(size: ArraySize) -> Any:
         out = x
         for axis in range(len(size.shape)):
             out = out + (tf.roll(x, 1, axis) + tf.roll(x, -1, axis))
+        return out
+
+    return stencil
+
+
+def torch_function(size: ArraySize) -> Any:
+    """The stencil in PyTorch, as TensorFlow writes it: ``torch.roll`` along each axis (eager,
+    one pass per roll and add; ``torch.compile`` fuses them into one)."""
+    torch = import_torch()
+
+    def stencil(x):
+        out = x
+        for axis in range(len(size.shape)):
+            out = out + (torch.roll(x, 1, axis) + torch.roll(x, -1, axis))
         return out
 
     return stencil

@@ -26,7 +26,9 @@ def test_module_hooks_fills_every_field_from_the_function_of_its_conventional_na
 def test_a_hook_the_module_does_not_define_is_none():
     hooks = module_hooks(_namespace("make_inputs", "input_shapes", "jax_function"))
     assert hooks["jax_fn"] is _hook
-    assert [f for f, fn in hooks.items() if fn is None] == ["count_fn", "reference_fn", "tf_fn"]
+    assert [f for f, fn in hooks.items() if fn is None] == [
+        "count_fn", "reference_fn", "tf_fn", "torch_fn"
+    ]
 
 
 @pytest.mark.parametrize("lacking", ["make_inputs", "input_shapes"])
