@@ -24,21 +24,35 @@ the framework compiled, at any size preset, with abstract shapes (``jax.ShapeDty
   and outputs' bytes. Ops that run no device kernel are skipped (:data:`NO_KERNEL_OPS`:
   placeholders, constants, identities, no-ops, and reshapes and shape queries, which alias or
   read metadata). FLOPs are the analytic count: a graph op's arithmetic is the computation's.
+- **PyTorch eager** (``source="torch_dispatch_ops"``): the function run once under a
+  ``TorchDispatchMode`` over ``FakeTensor`` inputs of the size's shapes (nothing allocated); each
+  ATen op that runs a kernel is one launch and moves its tensor inputs' and outputs' bytes (a
+  broadcast input counted once per distinct element). Views, aliases and empty allocations
+  launch nothing (:data:`NO_KERNEL_TORCH_OPS`). FLOPs are the analytic count, or where the
+  workload has none, ``torch.utils.flop_counter.FlopCounterMode``'s (matmuls and convolutions).
+- **PyTorch compiled** (``source="inductor_kernels"``): the function traced at those fake shapes
+  (``make_fx``) and compiled by Inductor (``compile_fx``, what ``torch.compile`` runs after
+  Dynamo) for the CPU; bytes are Inductor's own count over the scheduled kernels
+  (``torch._inductor.metrics.num_bytes_accessed``, each kernel's buffers read and written),
+  launches the kernels it scheduled (its generated kernels plus library calls such as a GEMM).
+  FLOPs and the kind as for eager.
 - **Fallback** (``source="analytic"``): if a source fails, the analytic counts and one launch,
   with ``note`` saying what failed.
 
-Each result is cached per (workload, framework, preset, variant, dtype, precision, xla): a
-process computes it once, outside any measurement window. Units: FLOPs and bytes per call.
+Each result is cached per (workload, framework, preset, variant, dtype, precision, xla,
+compile): a process computes it once, outside any measurement window. Units: FLOPs and bytes per
+call.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from kernels import frameworks as fw
@@ -50,8 +64,12 @@ WorkKind = Literal["matmul", "conv", "elementwise"]
 """How a call's arithmetic runs: a call that convolves is ``conv``, else one that multiplies
 matrices ``matmul`` (both on the tensor cores, each at the rate its libraries reach), else
 ``elementwise`` (ALU work). The simulated GPU charges each at its board's achieved rate."""
-WorkSource = Literal["xla_cost_analysis", "tf_graph_ops", "analytic"]
-WORK_SOURCES: tuple[str, ...] = ("xla_cost_analysis", "tf_graph_ops", "analytic")
+WorkSource = Literal[
+    "xla_cost_analysis", "tf_graph_ops", "torch_dispatch_ops", "inductor_kernels", "analytic"
+]
+WORK_SOURCES: tuple[str, ...] = (
+    "xla_cost_analysis", "tf_graph_ops", "torch_dispatch_ops", "inductor_kernels", "analytic"
+)
 
 NO_KERNEL_OPS: frozenset[str] = frozenset(
     {
@@ -89,8 +107,9 @@ class CompiledWork:
         flops: floating-point operations of one call.
         bytes_moved: bytes one call reads and writes in device memory.
         launches: device kernels one call launches.
-        source: where the figures come from: ``"xla_cost_analysis"``, ``"tf_graph_ops"`` or
-            ``"analytic"``.
+        source: where the figures come from: ``"xla_cost_analysis"``, ``"tf_graph_ops"``,
+            ``"torch_dispatch_ops"`` (PyTorch eager), ``"inductor_kernels"`` (``torch.compile``)
+            or ``"analytic"``.
         note: why the figures are analytic when another source was tried; None otherwise.
         analysis_s: seconds the analysis took (trace, lower, compile).
         transcendentals: exp, log, tanh... of one call (included in ``flops``, one each).
@@ -120,17 +139,19 @@ def compiled_work(
     precision: str = "default",
     xla: bool = False,
     variant: str | None = None,
+    compile: bool = False,  # noqa: A002 - KernelOptions.compile's name
 ) -> CompiledWork:
     """The work one call does as ``framework`` compiles it at ``preset``; cached per options.
 
     Args:
         spec: the workload.
-        framework: ``"jax"`` or ``"tensorflow"``.
+        framework: ``"jax"``, ``"tensorflow"`` or ``"pytorch"``.
         preset: the size preset to analyse (need not be the one the kernel runs at).
         dtype: a dtype name.
         precision: a precision name.
         xla: TensorFlow only: analyse the XLA-compiled function (JAX always is).
         variant: a shape variant, or None for the default one.
+        compile: PyTorch only: analyse ``torch.compile``'s kernels (else the eager ops).
 
     Returns:
         The compiled work; analytic counts with a ``note`` if the framework's source failed.
@@ -139,28 +160,40 @@ def compiled_work(
         KernelOptionError: an option the spec does not have (nothing is traced then).
     """
     variant = spec.validate(preset, dtype, precision, variant)
-    xla = True if framework == "jax" else bool(xla)
-    key = (spec.name, framework, preset, variant, dtype, precision, xla)
+    xla = framework == "jax" or (framework == "tensorflow" and bool(xla))
+    compile = framework == "pytorch" and bool(compile)
+    key = (spec.name, framework, preset, variant, dtype, precision, xla, compile)
     with _lock:
         work = _cache.get(key)
         if work is None:
-            work = _analyse(spec, framework, (preset, variant), dtype, precision, xla)
+            route = (framework, xla, compile)
+            work = _analyse(spec, route, (preset, variant), dtype, precision)
             _cache[key] = work
     return work
 
 
+def work_source(framework: str, xla: bool = False, compile: bool = False) -> WorkSource:  # noqa: A002
+    """Where the work of ``framework`` (with XLA, or compiled) is taken from when it succeeds."""
+    if framework == "pytorch":
+        return "inductor_kernels" if compile else "torch_dispatch_ops"
+    return "xla_cost_analysis" if framework == "jax" or xla else "tf_graph_ops"
+
+
 def _analyse(
-    spec: KernelSpec, framework: str, where: tuple[str, str], dtype: str, precision: str,
-    xla: bool,
+    spec: KernelSpec, route: tuple[str, bool, bool], where: tuple[str, str], dtype: str,
+    precision: str,
 ) -> CompiledWork:
+    framework, xla, compiled = route
     preset, variant = where
     size = spec.sizes[preset][variant]
     counts = None if spec.count_fn is None else spec.counts(preset, dtype, variant)
-    source = "xla_cost_analysis" if xla else "tf_graph_ops"
+    source = work_source(framework, xla, compiled)
     start = time.perf_counter()
     try:
         if framework == "jax":
             counted = _jax_work(spec, size, dtype, precision)
+        elif framework == "pytorch":
+            counted = _torch_work(spec, size, dtype, counts, compiled)
         elif xla:
             counted = _tf_xla_work(spec, size, dtype, precision)
         else:
@@ -176,7 +209,7 @@ def _analyse(
         )
     return CompiledWork(
         float(counted.flops), float(counted.bytes_moved), int(counted.launches),
-        source,  # type: ignore[arg-type]
+        source,
         analysis_s=time.perf_counter() - start,
         transcendentals=float(counted.transcendentals), kind=counted.kind,
     )
@@ -273,7 +306,13 @@ def _tf_specs(tf: Any, spec: KernelSpec, size: Any, dtype: str) -> list[Any]:
 def _tf_positional(spec: KernelSpec, size: Any) -> Any:
     """The TF function with positional tensor arguments only: ``tf.nn.selu``'s ``name=None``
     would otherwise enter the signature as a None spec, which the compiler IR cannot take."""
-    fn = spec.tf_fn(size)
+    return _positional(spec.tf_fn(size))
+
+
+def _positional(fn: Any) -> Any:
+    """``fn`` with positional tensor arguments only: a library function's keyword defaults
+    (``tf.nn.selu``'s ``name``, ``torch.nn.functional.selu``'s ``inplace``) would otherwise be
+    taken for inputs by a tracer that reads the signature (TF's compiler IR, ``make_fx``)."""
 
     def positional(*tensors: Any) -> Any:
         return fn(*tensors)
@@ -374,12 +413,176 @@ def _tensor_bytes(tensor: Any) -> float:
     return float(tensor.shape.num_elements() * tensor.dtype.size)
 
 
+# --- PyTorch ---------------------------------------------------------------------------------
+NO_KERNEL_TORCH_OPS: frozenset[str] = frozenset(
+    {
+        "aten.detach", "aten.lift_fresh", "aten.lift_fresh_copy", "aten.alias",
+        "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty",
+        "aten.new_empty_strided", "aten._unsafe_view", "aten.sym_size", "aten.sym_stride",
+        "aten.sym_numel", "aten.sym_storage_offset", "aten.is_same_size",
+        "aten._local_scalar_dense",
+    }
+)
+"""ATen ops (overload packets) that launch no device kernel: they alias a tensor, allocate
+without writing, or read metadata. Every view op (``func.is_view``) is skipped too."""
+
+TORCH_TRANSCENDENTAL_OPS: frozenset[str] = frozenset(
+    {"exp", "expm1", "log", "log1p", "tanh", "sigmoid", "sin", "cos", "erf", "elu", "selu",
+     "gelu", "silu", "softplus", "rsqrt", "sqrt", "pow", "tanh_backward", "sigmoid_backward",
+     "elu_backward", "gelu_backward", "silu_backward", "_softmax", "_log_softmax"}
+)
+"""ATen op names (in place ``_`` stripped) that evaluate one transcendental per output element."""
+
+TORCH_MATMUL_OPS: frozenset[str] = frozenset(
+    {"mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "linear", "dot", "mv", "einsum"}
+)
+"""ATen op names that multiply matrices."""
+
+
+@dataclass
+class TorchOps:
+    """What a ``TorchDispatchMode`` saw of one eager call: bytes, launches, transcendentals and
+    the names of the ATen ops that launched (``aten.add`` ...)."""
+
+    nbytes: float = 0.0
+    launches: int = 0
+    transcendentals: float = 0.0
+    names: set[str] = field(default_factory=set)
+
+    def record(self, func: Any, inputs: Any, outputs: Any) -> None:
+        """Count one ATen op: one launch, its tensors' bytes, unless it launches nothing."""
+        name = str(func.overloadpacket)
+        tensors_out = _torch_tensors(outputs)
+        if func.is_view or name in NO_KERNEL_TORCH_OPS or not tensors_out:
+            return
+        self.nbytes += sum(torch_tensor_bytes(t) for t in (*_torch_tensors(inputs), *tensors_out))
+        self.launches += 1
+        self.names.add(name)
+        if name.removeprefix("aten.").rstrip("_") in TORCH_TRANSCENDENTAL_OPS:
+            self.transcendentals += sum(float(t.numel()) for t in tensors_out)
+
+    @property
+    def kind(self) -> WorkKind:
+        """``conv``, ``matmul`` or ``elementwise``, by the ops that launched."""
+        short = {n.removeprefix("aten.") for n in self.names}
+        if any("convolution" in n for n in short):
+            return "conv"
+        return "matmul" if short & TORCH_MATMUL_OPS else "elementwise"
+
+
+def torch_tensor_bytes(tensor: Any) -> float:
+    """The bytes a kernel touches in ``tensor``: its distinct elements (a broadcast dimension,
+    stride 0, counts once) times the element size."""
+    elements = 1
+    for extent, stride in zip(tensor.shape, tensor.stride(), strict=True):
+        if stride != 0:
+            elements *= int(extent)
+    return float(elements * tensor.element_size())
+
+
+def _torch_tensors(tree: Any) -> list[Any]:
+    torch = fw.import_torch()
+    from torch.utils._pytree import tree_leaves
+
+    return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
+
+
+def count_torch_ops(fn: Any, args: Any) -> TorchOps:
+    """Run ``fn(*args)`` once eagerly under a ``TorchDispatchMode`` that counts every ATen op
+    (forward and, for a training step, backward): see :class:`TorchOps`.
+
+    Args:
+        fn: a function of tensors (fake ones, so that nothing of the size is allocated).
+        args: its tensor arguments.
+    """
+    fw.import_torch()
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops = TorchOps()
+
+    class Counting(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            ops.record(func, (args, kwargs), out)
+            return out
+
+    with Counting():
+        fn(*args)
+    if ops.launches < 1:
+        raise ValueError("the eager call launches no kernel")
+    return ops
+
+
+def inductor_work(fn: Any, args: Any) -> tuple[float, int]:
+    """Bytes and kernels of ``fn`` compiled by Inductor at the shapes of ``args`` (fake tensors).
+
+    ``make_fx`` traces ``fn`` to an ATen graph (a training step's backward included), and
+    ``compile_fx`` compiles it as ``torch.compile`` would after Dynamo. Inductor's scheduler then
+    says what each kernel reads and writes (``metrics.num_bytes_accessed``, kept only while its
+    ``inductor_metrics`` log is on, here without a handler) and which kernels run
+    (``metrics.nodes_num_elem``: fused kernels, and library calls such as a GEMM).
+
+    Returns:
+        ``(bytes, launches)`` of one call.
+
+    Raises:
+        ValueError: the compiled graph runs no kernel.
+    """
+    torch = fw.import_torch()
+    from torch._inductor import metrics
+    from torch._inductor.compile_fx import compile_fx
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    log = torch._logging.getArtifactLogger("torch._inductor.compile_fx", "inductor_metrics")
+    level, propagate = log.level, log.propagate
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        metrics.reset()
+        compile_fx(make_fx(fn, tracing_mode="fake")(*args), list(args))
+        kernels = [node for node, _ in metrics.nodes_num_elem
+                   if type(node).__name__ != "NopKernelSchedulerNode"]
+        nbytes = float(metrics.num_bytes_accessed)
+    finally:
+        log.setLevel(level)
+        log.propagate = propagate
+    if not kernels:
+        raise ValueError("Inductor scheduled no kernel")
+    return nbytes, len(kernels)
+
+
+def _torch_work(
+    spec: KernelSpec, size: Any, dtype: str, counts: Any, compiled: bool,
+) -> Counted:
+    """Eager ops (or Inductor's kernels) of the PyTorch function over fake tensors of ``size``'s
+    shapes; FLOPs the analytic count, else ``FlopCounterMode``'s."""
+    torch = fw.import_torch()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FakeTensorMode():
+        args = [torch.empty(shape, dtype=getattr(torch, dtype)) for shape in spec.shapes_fn(size)]
+        fn = _positional(spec.torch_fn(size))
+        with FlopCounterMode(display=False) as flop_counter:
+            ops = count_torch_ops(fn, args)
+    if counts is not None:
+        flops = float(counts.flops)
+    else:  # matmuls and convolutions, and one FLOP per transcendental as XLA's route counts
+        flops = float(flop_counter.get_total_flops()) + ops.transcendentals
+    nbytes, launches = ops.nbytes, ops.launches
+    if compiled:
+        nbytes, launches = inductor_work(fn, args)
+    return Counted(flops, nbytes, launches, ops.transcendentals, ops.kind)
+
+
 # --- the table in docs/simulator.md ---------------------------------------------------------
 def work_table(specs: Iterable[KernelSpec], preset: str = "gpu", dtype: str = "float32") -> str:
     """A Markdown table of each workload's compiled work per framework at ``preset``.
 
-    Columns: GFLOP, GB and launches per call for JAX, TF graph and TF+XLA, and the TF graph's
-    bytes and launches over JAX's. Run ``python -m kernels.cost`` to print it for the
+    Columns: GFLOP, GB and launches per call for JAX, TF graph, TF+XLA, PyTorch eager and
+    PyTorch compiled (``-`` where the workload lacks the framework), and the TF graph's and
+    PyTorch eager's bytes over JAX's. Run ``python -m kernels.cost`` to print it for the
     registry's workloads.
 
     Args:
@@ -387,29 +590,36 @@ def work_table(specs: Iterable[KernelSpec], preset: str = "gpu", dtype: str = "f
         preset: the size preset to analyse.
         dtype: a dtype name.
     """
-    routes = (
-        ("JAX", "jax", True), ("TF graph", "tensorflow", False), ("TF+XLA", "tensorflow", True)
-    )
+    routes = (("JAX", "jax", False), ("TF graph", "tensorflow", False),
+              ("TF+XLA", "tensorflow", True), ("PyTorch eager", "pytorch", False),
+              ("PyTorch compiled", "pytorch", True))
     head = ["workload", "analytic GFLOP / GB"]
     head += [f"{name} GFLOP / GB / launches" for name, _, _ in routes]
-    head += ["TF graph / JAX: bytes, launches"]
+    head += ["bytes over JAX's: TF graph, PyTorch eager, compiled"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for spec in specs:
         counts = spec.counts(preset, dtype)
-        works = [compiled_work(spec, fw_, preset, dtype, xla=xla) for _, fw_, xla in routes]
+        works = [
+            compiled_work(spec, fw_, preset, dtype, xla=flag, compile=flag)
+            if fw_ in spec.frameworks else None
+            for _, fw_, flag in routes
+        ]
         cells = [spec.name, f"{counts.flops / 1e9:.4g} / {counts.bytes_moved / 1e9:.3g}"]
-        for work in works:
-            mark = "" if work.source != "analytic" else " (analytic)"
-            cells.append(
-                f"{work.flops / 1e9:.4g} / {work.bytes_moved / 1e9:.3g} / {work.launches}{mark}"
-            )
-        jax_work, graph = works[0], works[1]
-        cells.append(
-            f"{graph.bytes_moved / jax_work.bytes_moved:.2f}x, "
-            f"{graph.launches / jax_work.launches:.2f}x"
-        )
+        cells += [_work_cell(work) for work in works]
+        base = works[0]
+        cells.append(", ".join(
+            "-" if work is None or base is None else f"{work.bytes_moved / base.bytes_moved:.2f}x"
+            for work in (works[1], works[3], works[4])
+        ))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _work_cell(work: CompiledWork | None) -> str:
+    if work is None:
+        return "-"
+    mark = "" if work.source != "analytic" else " (analytic)"
+    return f"{work.flops / 1e9:.4g} / {work.bytes_moved / 1e9:.3g} / {work.launches}{mark}"
 
 
 if __name__ == "__main__":  # run as a program, never on import: the registry imports this
