@@ -10,6 +10,9 @@ trial in (see :func:`load`), so each step can be checked, exported and reused:
 - :func:`recommend` picks the minimum-energy, minimum-EDP, minimum-ED²P settings and the least
   energy within a slowdown budget, with savings against the device's default setting.
 - :func:`compare` sets two frameworks (or two GPUs) side by side, setting by setting.
+- :func:`framework_table` gives each framework's throughput, energy per item and memory at the
+  settings all of them ran, with the study's published figures beside ours
+  (:data:`STUDY_FIGURES`).
 - :func:`thresholds` finds each GPU's stability threshold, with a bound on the fault rate.
 - :mod:`analysis.plots` draws them and :mod:`analysis.report` writes the report; both import
   matplotlib only when called.
@@ -22,6 +25,7 @@ imports JAX, TensorFlow or Ray.
 
 from analysis._frame import DEFAULT_GROUP, SETTING_COLUMNS, THRESHOLD_GROUP
 from analysis.compare import compare
+from analysis.frameworks import STUDY_FIGURES, PublishedFigure, framework_table
 from analysis.load import ROW_COLUMNS, EmptyStoreError, export, load, load_meta, store_paths
 from analysis.pareto import front_mask, pareto_front
 from analysis.recommend import aggregate_repeats, recommend
@@ -31,11 +35,14 @@ __all__ = [
     "DEFAULT_GROUP",
     "ROW_COLUMNS",
     "SETTING_COLUMNS",
+    "STUDY_FIGURES",
     "THRESHOLD_GROUP",
     "EmptyStoreError",
+    "PublishedFigure",
     "aggregate_repeats",
     "compare",
     "export",
+    "framework_table",
     "front_mask",
     "load",
     "load_meta",

@@ -9,7 +9,8 @@ and images to a :class:`analysis._doc.Doc`; it computes nothing the report has c
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -262,51 +263,58 @@ def comparisons(doc: Doc, d: ReportData) -> None:
     doc.h(2, "Comparisons")
     for on in ("framework", "device_name"):
         vals = [v for v in dict.fromkeys(df[on].tolist()) if not is_missing(v)]
-        if len(vals) < 2:
-            continue
-        a, b = vals[0], vals[1]
-        try:
-            cmp = compare(df, a, b, on=on)
-        except UserError:
-            continue
-        doc.p(f"{a} / {b}: ratio of medians at matched settings (time and energy per "
-              "iteration); 'significant' needs every judged setting's repeat ranges disjoint "
-              "in the same direction, and enough repeats for that to be unlikely by chance.")
-        others = [c for c in DEFAULT_GROUP if c != on]
-        table, common = collapse_constant(display(cmp, [
-            *others, "metric", "n_settings", "median_ratio", "min_ratio", "max_ratio",
-            "n_beyond_spread", "n_judged", "p_chance", "significant"], drop_empty=False), others)
-        if common:
-            doc.p(common)
-        doc.table(table.rename(columns=READABLE))
+        pairs = list(itertools.combinations(vals, 2)) if on == "framework" else [vals[:2]]
+        for pair in pairs:  # every pair of frameworks (JAX / TF, JAX / PyTorch, TF / PyTorch)
+            if len(pair) == 2:
+                _comparison(doc, df, pair, on)
+
+
+def _comparison(doc: Doc, df: pd.DataFrame, pair: Sequence[object], on: str) -> None:
+    """One pair of values of ``on`` compared at matched settings (nothing where none match)."""
+    a, b = pair
+    try:
+        cmp = compare(df, a, b, on=on)
+    except UserError:
+        return
+    doc.p(f"{a} / {b}: ratio of medians at matched settings (time and energy per "
+          "iteration); 'significant' needs every judged setting's repeat ranges disjoint "
+          "in the same direction, and enough repeats for that to be unlikely by chance.")
+    others = [c for c in DEFAULT_GROUP if c != on]
+    table, common = collapse_constant(display(cmp, [
+        *others, "metric", "n_settings", "median_ratio", "min_ratio", "max_ratio",
+        "n_beyond_spread", "n_judged", "p_chance", "significant"], drop_empty=False), others)
+    if common:
+        doc.p(common)
+    doc.table(table.rename(columns=READABLE))
 
 
 def memory(doc: Doc, d: ReportData) -> None:
-    """Throughput in each workload's own unit, energy per sample and peak device memory, per
-    workload and framework (absent when no trial recorded memory)."""
-    df = d.df[d.df["status"] == OK]
-    peak = pd.to_numeric(df["peak_memory_bytes"], errors="coerce")
+    """Frameworks side by side: throughput in each workload's own unit, energy per item and peak
+    device memory at the settings every framework ran, with the study's published figures
+    beside ours (absent when no trial recorded memory)."""
+    from analysis.frameworks import framework_table
+
+    peak = pd.to_numeric(d.df.loc[d.df["status"] == OK, "peak_memory_bytes"], errors="coerce")
     if not peak.notna().any():
         return
-    doc.h(2, "Memory per framework")
-    rows = []
-    keys = ["workload", "framework", "device_name"]
-    for key, g in df.assign(_peak=peak).groupby(keys, sort=False, dropna=False):
-        numbers = {c: pd.to_numeric(g[c], errors="coerce") for c in (
-            "rate", "energy_per_item_j", "peak_memory_per_item_bytes",
-            "memory_used_after_bytes")}
-        rows.append({
-            **dict(zip(keys, key, strict=True)),
-            "throughput": f"{fmt_sig(numbers['rate'].median())} {g['rate_unit'].iloc[0]}",
-            "energy per item (J)": fmt_sig(numbers["energy_per_item_j"].median()),
-            "peak memory (GiB)": fmt_sig(g["_peak"].max() / 2**30),
-            "peak per item (MiB)": fmt_sig(numbers["peak_memory_per_item_bytes"].max() / 2**20),
-            "NVML used after (GiB)": fmt_sig(numbers["memory_used_after_bytes"].max() / 2**30),
-            "from": str(g["memory_source"].iloc[0]),
-        })
-    doc.p("Medians over the settings' ok trials (peak: the largest). On the simulated GPU the "
-          "peak is the workload's modelled footprint at its sim_size, the same for both "
-          "frameworks, and NVML's used memory adds each framework's allocator policy: it cannot "
+    doc.h(2, "Frameworks side by side")
+    table = framework_table(d.df)
+    rows = [{
+        "workload": r["workload"], "framework": r["framework"], "device_name": r["device_name"],
+        "settings matched": r["n_matched"],
+        "throughput": f"{fmt_sig(r['rate'])} {r['rate_unit']}",
+        "energy per item (J)": fmt_sig(r["energy_per_item_j"]),
+        "peak memory (GiB)": fmt_sig(r["peak_memory_bytes"] / 2**30),
+        "peak per item (MiB)": fmt_sig(r["peak_memory_per_item_bytes"] / 2**20),
+        "NVML used after (GiB)": fmt_sig(r["memory_used_after_bytes"] / 2**30),
+        "from": str(r["memory_source"]),
+        "published": r["published"] or "-",
+    } for _, r in table.iterrows()]
+    doc.p("Medians over the settings every framework of the workload ran ok (peak: the "
+          "largest). 'published' is the study's figure for that framework, theirs, with the "
+          "version and board they ran: not a measurement of this sweep. On the simulated GPU "
+          "the peak is the workload's modelled footprint at its sim_size, the same for every "
+          "framework, and NVML's used memory adds each framework's allocator policy: it cannot "
           "tell which framework needs less memory (docs/workloads.md, Memory).")
     doc.table(pd.DataFrame(rows))
 
