@@ -6,7 +6,7 @@ the sim what its workload would hold on a real one (``simDeviceSetAllocatedBytes
 worker asks for is modelled here from the workload's in-use footprint at ``workload.sim_size``
 (``kernels.Workload.footprint``: parameters, optimizer state, gradients and the activations a
 training step keeps; for a kernel without one, its inputs and output) and the process's policy,
-which ``orchestrator.measuring.worker.WORKER_ENV`` sets for both frameworks:
+which ``orchestrator.measuring.worker.WORKER_ENV`` sets for JAX and TensorFlow:
 
 - a CUDA context per process, :data:`CONTEXT_BYTES` (about 0.5 GiB on recent drivers, and
   lazily loaded modules keep it near that);
@@ -16,12 +16,17 @@ which ``orchestrator.measuring.worker.WORKER_ENV`` sets for both frameworks:
 - TensorFlow with memory growth (``TF_FORCE_GPU_ALLOW_GROWTH``): its BFC allocator grows by
   regions that double each time (``curr_region_allocation_bytes_ *= 2`` in TensorFlow's
   ``bfc_allocator.cc``), from :data:`TF_FIRST_REGION_BYTES`; the pool is the sum of the regions
-  that the in-use peak needed, so up to about twice the peak.
+  that the in-use peak needed, so up to about twice the peak;
+- PyTorch's CUDA caching allocator: a large block (over 1 MiB) is rounded up to 2 MiB
+  (``kRoundLarge`` in ``CUDACachingAllocator.cpp``) and kept cached when freed, so its reserved
+  pool is, like JAX's, the in-use peak in 2 MiB granules (the 20 MiB segments it takes for
+  blocks of 1-10 MiB, and fragmentation, are not modelled).
 
-Both frameworks' *in-use* peak (what ``memory_stats()`` and ``get_memory_info()`` report) is the
-same footprint here: the sim does not know how each compiles a step (XLA fuses and reuses
-buffers, a TensorFlow graph keeps more intermediates). Only the pool, NVML's used memory, differs
-by framework. The sim cannot tell which framework needs less memory for a model; a GPU can.
+Every framework's *in-use* peak (what ``memory_stats()``, ``get_memory_info()`` and
+``torch.cuda.max_memory_allocated`` report) is the same footprint here: the sim does not know how
+each compiles a step (XLA fuses and reuses buffers, a TensorFlow graph or PyTorch's eager autograd
+keeps more intermediates). Only the pool, NVML's used memory, differs by framework. The sim cannot
+tell which framework needs less memory for a model; a GPU can.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ def allocator_pool_bytes(in_use_bytes: int, framework: str) -> int:
 
     Args:
         in_use_bytes: the peak bytes in use (the workload's footprint).
-        framework: ``"jax"`` or ``"tensorflow"``.
+        framework: ``"jax"``, ``"tensorflow"`` or ``"pytorch"`` (JAX's and PyTorch's pools
+            are both the peak in 2 MiB granules).
     """
     need = max(int(in_use_bytes), 0)
     if framework == "tensorflow":
