@@ -561,7 +561,9 @@ def _torch_work(
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FakeTensorMode():
+    # A step may build its module on the meta device (a buffer such as BatchNorm's counter is
+    # then a meta tensor, not a fake one): such tensors are taken in as fakes.
+    with FakeTensorMode(allow_non_fake_inputs=True):
         args = [torch.empty(shape, dtype=getattr(torch, dtype)) for shape in spec.shapes_fn(size)]
         fn = _positional(spec.torch_fn(size))
         with FlopCounterMode(display=False) as flop_counter:

@@ -139,3 +139,14 @@ def test_the_stencil_on_the_sim_takes_longest_eager_then_jax_then_compiled_as_it
         (call.energy_mj for call in calls.values()), reverse=True)
     # Memory-bound: time in the ratio of the bytes, within the launches' 5 us each.
     assert times[0] / times[2] == pytest.approx(5.0, rel=0.05)
+
+
+@pytest.mark.parametrize("name, kind", [("resnet50_train", "conv"), ("bert_train", "matmul")])
+def test_a_models_training_step_is_counted_op_by_op(name, kind):
+    # ResNet builds its module on the meta device: its buffers are taken in as fakes.
+    spec = get_spec(name)
+    work = compiled_work(spec, "pytorch", "tiny")
+    assert (work.source, work.note, work.kind) == ("torch_dispatch_ops", None, kind)
+    assert work.launches > 100  # forward, backward and the update, one launch per ATen op
+    assert work.flops == spec.counts("tiny").flops
+    assert work.bytes_moved > 5 * spec.counts("tiny").bytes_moved  # intermediates written
