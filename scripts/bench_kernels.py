@@ -7,14 +7,20 @@ Ceilings: a large NumPy float32 matmul (FLOP/s, the compute roof) and a large Nu
 ``--min-time`` seconds; the best of ``--repeats`` loops counts, since other work on a shared
 machine only ever slows a loop down. A compute-bound workload is compared with the matmul rate,
 a memory-bound one with the copy bandwidth. The last output is checked against the float64
-reference. Output: markdown tables (and ``--json`` rows).
+reference. Output: markdown tables (and ``--json`` rows), the last one the time per call of each
+workload in each way side by side.
+
+Ways (``--frameworks``): ``jax``, ``tensorflow`` (``--xla`` for ``jit_compile``), ``pytorch``
+(eager, op by op) and ``pytorch-compiled`` (``torch.compile``, Inductor; its compile is part of
+the build, outside the timing).
 
 Targets on a CPU: ``gemm`` at least 0.8 of the NumPy matmul rate in both frameworks; the JAX
 ``stencil`` at least 0.5 of copy bandwidth (one fused pass).
 
 Usage::
 
-    .venv/bin/python scripts/bench_kernels.py [--preset cpu] [--workloads gemm stencil]
+    .venv/bin/python scripts/bench_kernels.py [--preset cpu] [--workloads gemm stencil] \
+        [--frameworks jax tensorflow pytorch pytorch-compiled]
 """
 
 from __future__ import annotations
@@ -32,6 +38,13 @@ import numpy as np
 from kernels import KernelOptions, build_kernel, check_outputs, get_spec, list_workloads
 
 TARGETS = {("gemm", "jax"): 0.8, ("gemm", "tensorflow"): 0.8, ("stencil", "jax"): 0.5}
+WAYS: dict[str, tuple[str, bool]] = {
+    "jax": ("jax", False),
+    "tensorflow": ("tensorflow", False),
+    "pytorch": ("pytorch", False),
+    "pytorch-compiled": ("pytorch", True),
+}
+"""Each way a kernel is run: its name here -> (framework, torch.compile)."""
 
 
 def time_call(fn: Callable[[], object], min_time_s: float, repeats: int) -> float:
@@ -70,12 +83,12 @@ def measure_ceilings(matmul_n: int, copy_elements: int, min_time_s: float, repea
     }
 
 
-def bench_one(name: str, framework: str, args: argparse.Namespace, ceilings: dict) -> dict:
-    """Build, time and check one kernel; return its row."""
+def bench_one(name: str, way: str, args: argparse.Namespace, ceilings: dict) -> dict:
+    """Build, time and check one kernel run one way (:data:`WAYS`); return its row."""
     spec = get_spec(name)
-    k = build_kernel(
-        KernelOptions(name, framework, args.preset, args.dtype, args.precision, xla=args.xla)
-    )
+    framework, compiled = WAYS[way]
+    k = build_kernel(KernelOptions(name, framework, args.preset, args.dtype, args.precision,
+                                   xla=args.xla, compile=compiled))
     t = time_call(k.call_device, args.min_time, args.repeats)
     out = k.call()
     check = check_outputs([out], k.reference(), k.dtype, k.precision, name)
@@ -87,6 +100,7 @@ def bench_one(name: str, framework: str, args: argparse.Namespace, ceilings: dic
         roof, ratio = "copy", gbs / ceilings["copy_gbs"]
     return {
         **k.describe(),
+        "way": way,
         "build_s": k.build_s,
         "time_s": t,
         "gflops": gflops,
@@ -99,7 +113,7 @@ def bench_one(name: str, framework: str, args: argparse.Namespace, ceilings: dic
 
 
 def render(rows: list[dict], ceilings: dict, args: argparse.Namespace) -> str:
-    """Markdown: ceilings, one row per kernel, JAX/TensorFlow ratios, targets."""
+    """Markdown: ceilings, one row per kernel and way, the ways' times side by side, targets."""
     lines = [
         f"preset `{args.preset}`, {args.dtype}, precision `{args.precision}`, "
         f"TF XLA {'on' if args.xla else 'off'}; {platform.processor() or platform.machine()}",
@@ -113,19 +127,12 @@ def render(rows: list[dict], ceilings: dict, args: argparse.Namespace) -> str:
     ]
     for r in rows:
         lines.append(
-            f"| {r['workload']} | {r['framework']} | {r['size']} | {r['build_s']:.2f} | "
+            f"| {r['workload']} | {r['way']} | {r['size']} | {r['build_s']:.2f} | "
             f"{r['time_s'] * 1e3:.3f} | {r['gflops']:.2f} | {r['gbs']:.2f} | "
             f"{r['roof_ratio']:.2f} x {r['roof']} | {r['verdict']} ({r['rel_error']:.1e}) |"
         )
-    by_key = {(r["workload"], r["framework"]): r for r in rows}
-    ratios = [
-        (name, by_key[(name, "jax")]["time_s"] / by_key[(name, "tensorflow")]["time_s"])
-        for name in dict.fromkeys(r["workload"] for r in rows)
-        if (name, "jax") in by_key and (name, "tensorflow") in by_key
-    ]
-    if ratios:
-        lines += ["", "| workload | JAX time / TF time |", "|---|---:|"]
-        lines += [f"| {name} | {ratio:.2f} |" for name, ratio in ratios]
+    lines += ["", *side_by_side(rows)]
+    by_key = {(r["workload"], r["way"]): r for r in rows}
     if args.preset == "cpu" and args.dtype == "float32":
         lines.append("")
         for (name, framework), goal in TARGETS.items():
@@ -136,12 +143,34 @@ def render(rows: list[dict], ceilings: dict, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def side_by_side(rows: list[dict]) -> list[str]:
+    """A Markdown table of ms per call, a workload per row and a way per column, each way's time
+    also over JAX's where JAX ran."""
+    ways = list(dict.fromkeys(r["way"] for r in rows))
+    ms = {(r["workload"], r["way"]): r["time_s"] * 1e3 for r in rows}
+    lines = ["| workload | " + " | ".join(f"{w} ms/call" for w in ways) + " |",
+             "|---|" + "---:|" * len(ways)]
+    for name in dict.fromkeys(r["workload"] for r in rows):
+        cells = []
+        for way in ways:
+            t, base = ms.get((name, way)), ms.get((name, "jax"))
+            if t is None:
+                cells.append("-")
+            elif base is None or way == "jax":
+                cells.append(f"{t:.3f}")
+            else:
+                cells.append(f"{t:.3f} ({t / base:.2f}x JAX)")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="cpu", choices=("tiny", "cpu", "gpu"))
     p.add_argument("--workloads", nargs="+", default=list(list_workloads()))
-    p.add_argument("--frameworks", nargs="+", default=["jax", "tensorflow"])
+    p.add_argument("--frameworks", nargs="+", default=list(WAYS), choices=list(WAYS),
+                   help="the ways to run each kernel (pytorch: eager; pytorch-compiled)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--precision", default="default")
     p.add_argument("--xla", action="store_true", help="TensorFlow with jit_compile=True")
@@ -166,9 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     ceilings = measure_ceilings(args.matmul_n, args.copy_elements, args.min_time, args.repeats)
     rows = []
     for name in args.workloads:
-        for framework in args.frameworks:
-            rows.append(bench_one(name, framework, args, ceilings))
-            print(f"# {name} {framework}: {rows[-1]['time_s'] * 1e3:.3f} ms", file=sys.stderr)
+        for way in args.frameworks:
+            rows.append(bench_one(name, way, args, ceilings))
+            print(f"# {name} {way}: {rows[-1]['time_s'] * 1e3:.3f} ms", file=sys.stderr)
     print(render(rows, ceilings, args))
     if args.json:
         args.json.write_text(json.dumps({"ceilings": ceilings, "rows": rows}, indent=2))
