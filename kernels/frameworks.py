@@ -49,6 +49,8 @@ from typing import Any, Literal
 
 Framework = Literal["jax", "tensorflow", "pytorch"]
 FRAMEWORKS: tuple[str, ...] = ("jax", "tensorflow", "pytorch")
+FRAMEWORK_MODULES: dict[str, str] = {"jax": "jax", "tensorflow": "tensorflow", "pytorch": "torch"}
+"""Each framework's top-level module (what ``import`` and ``importlib.util.find_spec`` name)."""
 TORCH_EXTRA = "pip install 'dvfs-orchestrator[torch]'"
 """The install command that brings PyTorch (named by :class:`FrameworkMissingError`)."""
 CUBLAS_WORKSPACE_CONFIG = ":4096:8"
@@ -144,13 +146,30 @@ def import_torch() -> Any:
         import torch
     except ImportError as e:
         raise FrameworkMissingError(
-            f"framework=pytorch needs PyTorch, which is not installed: {TORCH_EXTRA}"
+            missing_framework("pytorch") or f"PyTorch does not import ({e}): {TORCH_EXTRA}"
         ) from e
     with _lock:
         if not _torch_configured:
             torch.use_deterministic_algorithms(True)
             _torch_configured = True
     return torch
+
+
+def missing_framework(framework: str) -> str | None:
+    """The one line a user gets for a framework whose library is not installed (found, not
+    imported: cheap, before anything touches a device); None when it is there, or is not one
+    of the optional frameworks (JAX and TensorFlow are required by the package)."""
+    if framework != "pytorch":
+        return None
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a broken install
+        found = False
+    return None if found else (
+        f"framework=pytorch needs PyTorch, which is not installed: {TORCH_EXTRA}"
+    )
 
 
 def framework_version(framework: str) -> str:

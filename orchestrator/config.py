@@ -102,9 +102,11 @@ class WorkloadConfig:
 class FrameworkConfig:
     """Which framework builds the kernel, with which precision knobs."""
 
-    name: str = "jax"  # jax or tensorflow
+    name: str = "jax"  # jax, tensorflow or pytorch
     precision: str = "default"  # matmul precision: default, highest, tf32, ...
     xla: bool = False  # TensorFlow only: compile the tf.function with XLA
+    compile: bool = False  # PyTorch only: torch.compile the step (else eager, op by op)
+    deterministic: bool = True  # PyTorch only: torch.use_deterministic_algorithms (JAX, TF: always)
 
 
 @dataclass

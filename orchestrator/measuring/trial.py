@@ -83,7 +83,7 @@ from orchestrator.results.rows import (
 )
 
 if TYPE_CHECKING:
-    from kernels.spec import KernelSpec, WorkCounts
+    from kernels.spec import KernelOptions, KernelSpec, WorkCounts
     from orchestrator.config import DvfsConfig
     from orchestrator.results.jobs import JobSpec
 
@@ -178,6 +178,20 @@ def _compare_held(held: list[Held], job: JobSpec) -> None:
         row["bytes_to_host"] = (row.get("bytes_to_host") or 0) + kernel.bytes_to_host - before
 
 
+def kernel_options(workload: str, cfg: DvfsConfig) -> KernelOptions:
+    """The kernel a job's config asks for: its workload by name, framework, size, dtype,
+    precision, seed and the framework's compile switches (TensorFlow's ``xla``, PyTorch's
+    ``compile`` and ``deterministic``)."""
+    from kernels import KernelOptions
+
+    fw = cfg.framework
+    return KernelOptions(
+        workload, framework=fw.name, preset=cfg.workload.size, dtype=cfg.workload.dtype,
+        precision=fw.precision, seed=int(cfg.seed), xla=bool(fw.xla),
+        compile=bool(fw.compile), deterministic=bool(fw.deterministic),
+    )
+
+
 def _measure(
     ctx: TrialContext, job: JobSpec, base: dict[str, Any], rows: list[dict[str, Any]],
     phases: dict[str, float], held: list[Held],
@@ -185,7 +199,6 @@ def _measure(
     """Build and warm the kernel, then one window and its check run per repeat (rows appended,
     their checks into ``held``; the wall time of the build and the warm-up into ``phases``,
     each repeat's into its row)."""
-    from kernels import KernelOptions
     from orchestrator.results.jobs import validate_workload
     from orchestrator.results.provenance import library_versions
 
@@ -193,11 +206,7 @@ def _measure(
     cfg, device = job.config, ctx.device
     spec = validate_workload(cfg)
     used_before = device.memory_used_bytes()
-    kernel = ctx.kernels.get(KernelOptions(
-        spec.name, framework=cfg.framework.name, preset=cfg.workload.size,
-        dtype=cfg.workload.dtype, precision=cfg.framework.precision, seed=int(cfg.seed),
-        xla=bool(cfg.framework.xla),
-    ))
+    kernel = ctx.kernels.get(kernel_options(spec.name, cfg))
     base["framework_version"] = kernel.framework_version
     base["versions"] = library_versions(cfg.framework.name)
     sim_sized = device.identity.backend == "sim" and bool(cfg.workload.sim_size)

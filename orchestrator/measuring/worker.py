@@ -49,6 +49,7 @@ WORKER_ENV = {
     "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
     "TF_FORCE_GPU_ALLOW_GROWTH": "true",
     "TF_CPP_MIN_LOG_LEVEL": "2",
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",  # PyTorch's deterministic cuBLAS, before CUDA starts
 }
 STOPPING = "not run: the sweep is stopping"  # a reply to a driver that marked the GPU closing
 
@@ -151,10 +152,10 @@ def _ray_node_id() -> str | None:
 
 
 def _import_frameworks(names: tuple[str, ...]) -> None:
-    """Import each framework (``jax``, ``tensorflow``) the way a kernel build will."""
-    from kernels.frameworks import import_jax, import_tensorflow
+    """Import each framework (``jax``, ``tensorflow``, ``pytorch``) the way a kernel build will."""
+    from kernels.frameworks import import_jax, import_tensorflow, import_torch
 
-    importers = {"jax": import_jax, "tensorflow": import_tensorflow}
+    importers = {"jax": import_jax, "tensorflow": import_tensorflow, "pytorch": import_torch}
     for name in names:
         importers[name]()
 

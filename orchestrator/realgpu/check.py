@@ -78,12 +78,12 @@ class CheckOptions:
 
 def frameworks_present() -> tuple[str, ...]:
     """The frameworks this Python can import (found, not imported: TensorFlow takes ~10 s)."""
-    from kernels import FRAMEWORKS
+    from kernels.frameworks import FRAMEWORK_MODULES, FRAMEWORKS
 
     present = []
     for name in FRAMEWORKS:
         with contextlib.suppress(ImportError, ValueError):
-            if importlib.util.find_spec(name) is not None:
+            if importlib.util.find_spec(FRAMEWORK_MODULES[name]) is not None:
                 present.append(name)
     return tuple(present)
 
@@ -278,7 +278,8 @@ def run_check(opts: CheckOptions) -> dict:
         "tool": "dvfs check", "observe_only": True, "started_at": started_at,
         "elapsed_s": time.monotonic() - opts.started, "host": platform.node(),
         "python": platform.python_version(), "frameworks": list(frameworks),
-        "versions": library_versions(), "git_commit": git_commit(),
+        "versions": {k: v for f in (None, *frameworks) for k, v in library_versions(f).items()},
+        "git_commit": git_commit(),
         "device": {"backend": ident.backend, "name": ident.name, "uuid": ident.uuid},
         "sections": sections,
     }
@@ -306,7 +307,8 @@ def write_measured(report: dict, out: Path, command: str) -> None:
         "board": report["device"]["name"], "profile": board_profile(report["device"]["name"]),
         "driver": ident.get("driver_version"), "backend": report["device"]["backend"],
         "libraries": {k: v for k, v in versions.items() if k in ("jax", "jaxlib", "tensorflow",
-                                                                  "nvidia-ml-py", "numpy")},
+                                                                  "torch", "nvidia-ml-py",
+                                                                  "numpy")},
         "frameworks": report["frameworks"], "python": report["python"],
         "preset": sorted({r.get("size") for r in rows if r.get("size")}),
         "window_s": sorted({(r.get("config") or {}).get("measure", {}).get("window_s")

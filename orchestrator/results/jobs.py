@@ -98,14 +98,19 @@ def validate_workload(cfg: DvfsConfig) -> KernelSpec:
 
     Raises:
         UserError: an unknown workload or one that does not load; a framework, size, dtype or
-            precision the workload does not have.
+            precision the workload does not have; a framework that is not installed (PyTorch,
+            an extra: the line names it).
     """
     from kernels.build import check_framework
+    from kernels.frameworks import FRAMEWORKS, missing_framework
     from kernels.registry import load_workload
     from kernels.spec import KernelOptionError
 
-    if cfg.framework.name not in ("jax", "tensorflow"):
-        raise UserError(f"framework={cfg.framework.name!r} is not one of: jax, tensorflow")
+    if cfg.framework.name not in FRAMEWORKS:
+        raise UserError(f"framework={cfg.framework.name!r} is not one of: {', '.join(FRAMEWORKS)}")
+    missing = missing_framework(cfg.framework.name)
+    if missing is not None:
+        raise UserError(missing)
     try:
         spec = load_workload(cfg.workload.name, getattr(cfg.workload, "target", None))
         check_framework(spec, cfg.framework.name)

@@ -60,4 +60,6 @@ def library_versions(framework: str | None = None) -> dict[str, str]:
         versions["jax"] = sys.modules["jax"].__version__
     if framework == "tensorflow" and "tensorflow" in sys.modules:
         versions["tensorflow"] = sys.modules["tensorflow"].__version__
+    if framework == "pytorch" and "torch" in sys.modules:
+        versions["torch"] = str(sys.modules["torch"].__version__)
     return versions

@@ -16,7 +16,10 @@ from orchestrator.realgpu import measured
 from orchestrator.realgpu.check import FILES, LEASE_REQUIREMENTS, lease_wheels, trial_plan
 
 # Startup code for the child: TensorFlow and Ray cannot be imported (the lease's image has
-# neither); at exit it says where Hydra, OmegaConf and ANTLR's runtime came from.
+# neither); at exit it says where Hydra, OmegaConf and ANTLR's runtime came from. Each is absent
+# as a module that is not installed is: ``import`` raises ModuleNotFoundError and
+# ``importlib.util.find_spec`` answers None (``None`` in ``sys.modules`` does both; PyTorch's
+# dynamo asks find_spec about tensorflow when it loads, and a finder that raised broke it).
 BLOCKER = textwrap.dedent("""
     import atexit, importlib.abc, json, os, sys
 
@@ -27,6 +30,7 @@ BLOCKER = textwrap.dedent("""
             return None
 
     sys.meta_path.insert(0, Blocked())
+    sys.modules.update(tensorflow=None, ray=None)
 
     @atexit.register
     def _origins():
@@ -76,19 +80,27 @@ def test_dvfs_check_runs_end_to_end_on_the_sim_without_tensorflow_or_ray(lease, 
         assert origin is not None and str(lease[0]) in origin, (name, origin)
     assert sorted(p.name for p in out.iterdir()) == sorted(FILES)  # at most 8, in one folder
     report = json.loads((out / "check.json").read_text())
-    assert report["observe_only"] and report["frameworks"] == ["jax"]
+    # the lease's image has JAX and PyTorch (this venv's torch stands in for it)
+    assert report["observe_only"] and report["frameworks"] == ["jax", "pytorch"]
     sections = report["sections"]
     assert {n: s["status"] for n, s in sections.items()} == {
         "identity": "ok", "readings": "ok", "trials": "ok"}
     rows = sections["trials"]["data"]["rows"]
-    assert [(r["workload"], r["dtype"]) for r in rows] == [
-        ("gemm", "float32"), ("stencil", "float32"), ("gemm", "bfloat16")]
+    assert [(r["workload"], r["framework"], r["dtype"]) for r in rows] == [
+        (w, f, d) for f in ("jax", "pytorch")
+        for w, d in (("gemm", "float32"), ("stencil", "float32"), ("gemm", "bfloat16"))]
     assert all(r["status"] == "ok" and r["wall_s"] > 0 for r in rows)
     beside = sections["trials"]["data"]["beside_sim"]
-    assert beside["profile"] == "a100_sxm4_40gb" and len(beside["rows"]) == 3
+    assert beside["profile"] == "a100_sxm4_40gb" and len(beside["rows"]) == 6
     counter = sections["readings"]["data"]["phases"]["energy_counter"]
     assert counter["load"]["interval_s"]["median_s"] == pytest.approx(0.1, abs=0.005)
     assert "# dvfs check: NVIDIA A100-SXM4-40GB" in (out / "check.md").read_text()
+
+
+def torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
 
 
 def test_the_checks_folder_is_what_dvfs_report_and_the_measured_data_read(lease, tmp_path):
@@ -104,8 +116,9 @@ def test_the_checks_folder_is_what_dvfs_report_and_the_measured_data_read(lease,
     run = measured.load(out)  # the folder is a data/measured run as it is
     assert run.provenance["board"] == "NVIDIA A100-SXM4-40GB"
     assert run.provenance["profile"] == "a100_sxm4_40gb" and not run.rebuilt
-    assert [(r["workload"], r["dtype"]) for r in run.rows] == [("gemm", "float32"),
-                                                              ("gemm", "bfloat16")]
+    assert [(r["workload"], r["framework"], r["dtype"]) for r in run.rows] == [
+        ("gemm", f, d) for f in ("jax", "pytorch") for d in ("float32", "bfloat16")]
+    assert run.provenance["libraries"]["torch"] == torch_version()
 
 
 def test_a_setting_is_refused_in_one_line_before_anything_runs(tmp_path):
