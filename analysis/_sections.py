@@ -308,7 +308,7 @@ def memory(doc: Doc, d: ReportData) -> None:
         "peak per item (MiB)": fmt_sig(r["peak_memory_per_item_bytes"] / 2**20),
         "NVML used after (GiB)": fmt_sig(r["memory_used_after_bytes"] / 2**30),
         "from": str(r["memory_source"]),
-        "published": r["published"] or "-",
+        "published": "-" if is_missing(r["published"]) else r["published"],
     } for _, r in table.iterrows()]
     doc.p("Medians over the settings every framework of the workload ran ok (peak: the "
           "largest). 'published' is the study's figure for that framework, theirs, with the "

@@ -6,6 +6,8 @@ import pandas as pd
 import pytest
 
 from analysis import STUDY_FIGURES, framework_table
+from analysis._doc import Doc
+from analysis._sections import ReportData, memory
 
 RATES = {"jax": 300.0, "tensorflow": 250.0, "pytorch": 280.0}
 
@@ -63,3 +65,17 @@ def test_the_studys_figures_stand_beside_ours_labelled_as_theirs():
 def test_a_workload_the_study_did_not_publish_has_no_published_figure():
     df = _rows({"pytorch": [None]}).assign(workload="bert_train")
     assert framework_table(df)["published"].isna().all()
+
+
+def test_the_report_shows_theirs_beside_ours_and_a_dash_where_they_published_nothing():
+    df = pd.concat([_rows({f: [None, 1110] for f in RATES}),
+                    _rows({"pytorch": [None]}).assign(workload="bert_train")])
+    doc = Doc()
+    memory(doc, ReportData(df, [], pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), 0.1, {}))
+    text = doc.markdown()
+    assert "## Frameworks side by side" in text
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("| resnet50_train | pytorch |")]
+    assert "| 2 |" in line and line.endswith("| 312 samples/s (theirs: PyTorch 1.13, A100, "
+                                             "ResNet-50 training) |")
+    (bert,) = [ln for ln in text.splitlines() if ln.startswith("| bert_train |")]
+    assert bert.endswith("| - |") and "nan" not in bert
