@@ -350,6 +350,8 @@ class _TorchBackend:
 
     def to_numpy(self, handle: Any) -> np.ndarray:
         tensor = handle.detach()
+        if tensor.dtype == self._torch.int64:  # a fingerprint's words (or a count): < 2**32
+            return tensor.cpu().numpy().astype(np.uint32)
         if tensor.dtype == self._torch.bfloat16:
             bits = tensor.contiguous().view(self._torch.int16).cpu().numpy()
             return bits.view(fw.numpy_dtype("bfloat16"))

@@ -81,7 +81,8 @@ _MASK32 = 0xFFFFFFFF
 
 def torch_fingerprint(output: Any) -> Any:
     """The fingerprint of a PyTorch tensor, on its device: two words, held as ``int64`` in
-    ``[0, 2**32)`` (PyTorch has no wrap-around ``uint32`` arithmetic).
+    ``[0, 2**32)`` (PyTorch has no wrap-around ``uint32`` arithmetic, and its ``uint32`` tensors
+    support few operations on a GPU: the built kernel's fetch makes them ``uint32`` on the host).
 
     The words are widened to ``int64`` and the position-weighted product is formed in 16-bit
     halves, so nothing overflows; the sums go over chunks of 2**24 elements, so the temporaries

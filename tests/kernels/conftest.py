@@ -1,7 +1,8 @@
 """Fixtures for the kernel tests: the frameworks are imported once per pytest process.
 
 TensorFlow takes ~10 s to import, so every test that builds a kernel asks for the
-session-scoped ``frameworks`` fixture instead of importing it itself. The repository root goes
+session-scoped ``frameworks`` fixture instead of importing it itself (``pytorch`` for PyTorch,
+~1 s). The repository root goes
 first on ``sys.path``, so ``import kernels`` finds this repository's package even when pytest is
 started from elsewhere (``tests/kernels`` would otherwise shadow it as a namespace package).
 """
@@ -24,3 +25,11 @@ def frameworks():
     from kernels import frameworks
 
     return frameworks.import_jax(), frameworks.import_tensorflow()
+
+
+@pytest.fixture(scope="session")
+def pytorch():
+    """Import PyTorch once, in the mode the kernels set up (deterministic algorithms on)."""
+    from kernels import frameworks
+
+    return frameworks.import_torch()

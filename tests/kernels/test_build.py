@@ -42,8 +42,10 @@ def test_reference_is_cached_and_float64(gemm_jax):
     assert gemm_jax.reference() is ref
 
 
-@pytest.mark.parametrize("framework", ["jax", "tensorflow"])
-def test_the_same_seed_gives_the_same_output_and_another_seed_another(frameworks, framework):
+@pytest.mark.parametrize("framework", ["jax", "tensorflow", "pytorch"])
+def test_the_same_seed_gives_the_same_output_and_another_seed_another(
+    frameworks, pytorch, framework
+):
     a = build_kernel(KernelOptions("stencil", framework, "tiny", seed=1)).call()
     b = build_kernel(KernelOptions("stencil", framework, "tiny", seed=1)).call()
     c = build_kernel(KernelOptions("stencil", framework, "tiny", seed=2)).call()
@@ -114,7 +116,56 @@ def test_jax_lowers_each_precision_to_its_own_dot_precision(frameworks):
 
 
 @pytest.mark.parametrize("name", ["conv3d", "mlp_train", "hessian"])
-@pytest.mark.parametrize("framework", ["jax", "tensorflow"])
-def test_tiny_builds_take_well_under_a_second(frameworks, name, framework):
+@pytest.mark.parametrize("framework", ["jax", "tensorflow", "pytorch"])
+def test_tiny_builds_take_well_under_a_second(frameworks, pytorch, name, framework):
     k = build_kernel(KernelOptions(name, framework, "tiny", dtype="bfloat16", seed=9))
     assert k.build_s < 1.0
+
+
+def test_a_pytorch_kernel_reports_what_it_runs_and_where(pytorch):
+    k = build_kernel(KernelOptions("gemm", "pytorch", "tiny", seed=5, variant="rect", xla=True))
+    assert (k.framework, k.xla, k.compile, k.deterministic) == ("pytorch", False, False, True)
+    assert k.framework_version == pytorch.__version__
+    assert k.describe()["compile"] is False and k.describe()["deterministic"] is True
+    handle = k.call_device()
+    assert isinstance(handle, pytorch.Tensor) and handle.device.type == "cpu"  # no GPU here
+    assert np.array_equal(k.to_numpy(handle), k.call())
+    assert k.peak_memory() == (None, "torch keeps no peak memory on the CPU")
+    assert k.reset_peak_memory() is False
+
+
+def test_pytorch_compile_and_determinism_are_part_of_the_cache_key():
+    key = KernelCache.key(KernelOptions("selu", "pytorch", "tiny"))
+    assert key == KernelCache.key(KernelOptions("selu", "pytorch", "tiny", xla=True))
+    assert key != KernelCache.key(KernelOptions("selu", "pytorch", "tiny", compile=True))
+    assert key != KernelCache.key(KernelOptions("selu", "pytorch", "tiny", deterministic=False))
+    jax = KernelCache.key(KernelOptions("selu", "jax", "tiny", compile=True, deterministic=0))
+    assert (jax.compile, jax.deterministic) == (False, True)  # PyTorch's knobs only
+
+
+def test_pytorch_precision_and_determinism_are_set_around_each_call_and_restored(pytorch):
+    before = (pytorch.get_float32_matmul_precision(), pytorch.backends.cudnn.allow_tf32,
+              pytorch.are_deterministic_algorithms_enabled())
+    assert before[2] is True  # import_torch turns deterministic algorithms on
+    seen = []
+
+    def spy(*args):
+        seen.append((pytorch.get_float32_matmul_precision(), pytorch.backends.cudnn.allow_tf32,
+                     pytorch.are_deterministic_algorithms_enabled()))
+        return args[0] @ args[1]
+
+    k = build_kernel(KernelOptions("gemm", "pytorch", "tiny", precision="tf32",
+                                   deterministic=False))
+    k._backend._step = spy
+    k.call()
+    assert seen == [("high", True, False)]
+    highest = build_kernel(KernelOptions("gemm", "pytorch", "tiny", precision="highest"))
+    highest._backend._step = spy
+    highest.call()
+    assert seen[-1] == ("highest", False, True)
+    assert (pytorch.get_float32_matmul_precision(), pytorch.backends.cudnn.allow_tf32,
+            pytorch.are_deterministic_algorithms_enabled()) == before
+
+
+def test_cublas_gets_its_deterministic_workspace_before_cuda_starts(pytorch):
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"

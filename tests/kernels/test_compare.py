@@ -10,7 +10,7 @@ from kernels.compare import host_errors, split_reference
 from kernels.registry import WORKLOADS
 from tests.kernels.kernel_testing import flip_bit
 
-FRAMEWORKS = ("jax", "tensorflow")
+FRAMEWORKS = ("jax", "tensorflow", "pytorch")
 
 
 def test_the_split_reference_keeps_far_more_bits_than_float32():
@@ -24,7 +24,7 @@ def test_the_split_reference_keeps_far_more_bits_than_float32():
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
-def test_device_errors_match_the_host_float64_errors(frameworks, workload, framework):
+def test_device_errors_match_the_host_float64_errors(frameworks, pytorch, workload, framework):
     kernel = build_kernel(KernelOptions(workload, framework, preset="tiny"))
     out = kernel.call_device()
     host = host_errors(kernel.to_numpy(out), kernel.reference())
@@ -37,7 +37,7 @@ def test_device_errors_match_the_host_float64_errors(frameworks, workload, frame
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_a_corrupted_output_is_as_far_on_the_device_as_on_the_host(frameworks, framework):
+def test_a_corrupted_output_is_as_far_on_the_device_as_on_the_host(frameworks, pytorch, framework):
     kernel = build_kernel(KernelOptions("gemm", framework, preset="tiny"))
     good = kernel.call()
     bad = flip_bit(good, 17, 27)  # an exponent bit: the element changes by orders of magnitude
@@ -48,7 +48,7 @@ def test_a_corrupted_output_is_as_far_on_the_device_as_on_the_host(frameworks, f
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_a_nan_is_counted_on_the_device(frameworks, framework):
+def test_a_nan_is_counted_on_the_device(frameworks, pytorch, framework):
     kernel = build_kernel(KernelOptions("selu", framework, preset="tiny"))
     out = np.array(kernel.call())
     out.reshape(-1)[[3, 5]] = np.nan

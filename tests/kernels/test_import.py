@@ -1,4 +1,5 @@
-"""``import kernels`` stays light: no JAX, TensorFlow or ml_dtypes until a kernel is built."""
+"""``import kernels`` stays light: no JAX, TensorFlow, PyTorch or ml_dtypes until a kernel is
+built."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ for bad in BAD:
         pass
     else:
         raise SystemExit(f"no error for {bad}")
-heavy = [m for m in ("jax", "jaxlib", "tensorflow", "ml_dtypes") if m in sys.modules]
+heavy = [m for m in ("jax", "jaxlib", "tensorflow", "torch", "ml_dtypes") if m in sys.modules]
 print("HEAVY", heavy)
 """
 

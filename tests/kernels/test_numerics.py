@@ -2,7 +2,9 @@
 
 Each case draws fresh random inputs from its own seed, builds the kernel, calls it three times
 and checks the last output against the float64 reference and all three digests for equality.
-TensorFlow runs both without XLA and with it (``jit_compile=True``).
+TensorFlow runs both without XLA and with it (``jit_compile=True``), PyTorch eagerly here and
+compiled (``torch.compile``, slow on a CPU: a few seconds a kernel) once per kernel, in float32,
+beside JAX and TensorFlow on the same inputs.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from kernels import (
 )
 from kernels.registry import KERNELS
 
-FRAMEWORK_MODES = (("jax", False), ("tensorflow", False), ("tensorflow", True))
+FRAMEWORK_MODES = (
+    ("jax", False), ("tensorflow", False), ("tensorflow", True), ("pytorch", False),
+)
 
 
 def _cases() -> list:
@@ -45,7 +49,7 @@ def _cases() -> list:
 
 @pytest.mark.parametrize(("name", "variant", "framework", "xla", "dtype", "precision"), _cases())
 def test_kernel_matches_its_float64_reference_and_repeats_bitwise(
-    frameworks, name, variant, framework, xla, dtype, precision, request
+    frameworks, pytorch, name, variant, framework, xla, dtype, precision, request
 ):
     seed = zlib.crc32(request.node.callspec.id.encode())  # fresh inputs per case, reproducible
     options = KernelOptions(name, framework, "tiny", dtype, precision, seed, xla, variant)
@@ -62,8 +66,8 @@ def test_kernel_matches_its_float64_reference_and_repeats_bitwise(
 
 
 @pytest.mark.parametrize("name", KERNELS)
-@pytest.mark.parametrize("framework", ["jax", "tensorflow"])
-def test_check_catches_one_flipped_bit_in_a_real_output(frameworks, name, framework):
+@pytest.mark.parametrize("framework", ["jax", "tensorflow", "pytorch"])
+def test_check_catches_one_flipped_bit_in_a_real_output(frameworks, pytorch, name, framework):
     k = build_kernel(KernelOptions(name, framework, "tiny", "float32", seed=7))
     good = k.call()
     index = int(np.argmin(np.where(good == 0, np.inf, np.abs(good))))
@@ -100,3 +104,23 @@ def test_jax_and_tensorflow_agree_on_the_same_seed(frameworks, name):
     tol = 2 * tolerance_for("float32", "default", name)
     diff = np.linalg.norm(a.call().astype(np.float64) - b.call()) / np.linalg.norm(a.reference())
     assert diff <= tol
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", KERNELS)
+def test_pytorch_agrees_with_its_reference_and_with_jax_and_tensorflow(
+    frameworks, pytorch, name, compiled
+):
+    options = KernelOptions(name, "pytorch", "tiny", seed=11, compile=compiled)
+    k = build_kernel(options)
+    outputs = [k.call() for _ in range(2)]
+    assert k.compile is compiled
+    result = check_outputs(outputs[-1:], k.reference(), "float32", "default", name,
+                           digests=[output_digest(o) for o in outputs])
+    assert result.verdict is Verdict.OK, result
+    tol = 2 * tolerance_for("float32", "default", name)
+    for other in ("jax", "tensorflow"):
+        theirs = build_kernel(KernelOptions(name, other, "tiny", seed=11))
+        assert np.array_equal(theirs.reference(), k.reference())  # the same inputs
+        diff = np.linalg.norm(theirs.call().astype(np.float64) - outputs[-1])
+        assert diff / np.linalg.norm(k.reference()) <= tol, other

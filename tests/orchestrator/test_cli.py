@@ -19,12 +19,12 @@ def run(tmp_path, *args):
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["devices", "--json"], ["report", "--help"]])
-def test_light_commands_import_neither_jax_tensorflow_nor_ray(tmp_path, argv):
+def test_light_commands_import_no_framework_nor_ray(tmp_path, argv):
     code = (
         "import sys, runpy; sys.argv = ['dvfs', *sys.argv[1:]]\n"
         "from orchestrator.cli import main\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('jax', 'tensorflow', 'ray') if m in sys.modules]\n"
+        "heavy = [m for m in ('jax', 'tensorflow', 'torch', 'ray') if m in sys.modules]\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )
     env = dict(os.environ, DVFS_SIM_STATE_DIR=str(tmp_path / "sim"))
