@@ -22,6 +22,10 @@ no FLOPs forward and ``T * hidden`` adds each backward (the gradient's scatter-a
 position gradient's sum over the batch), their sum 1 + 1 per element; the pooler's and the
 classifier's matmuls 3 passes, tanh 1 + 3, bias adds 1 + 1.
 
+PyTorch (:func:`torch_model`): ``nn.Embedding`` for the words (the ids cast to int64) and for the
+positions (its whole table added, no lookup), the layers of
+:func:`kernels.models.transformer.torch_layer`, ``nn.Linear`` pooler and head.
+
 Footprint (:func:`footprint`): parameters, momentum, gradients, and the activations the backward
 pass keeps (per layer: its input, query, key, value, the attention probabilities, the context,
 the MLP input, GELU's input and output; LayerNorm inputs). At ``gpu``: 2.15 TFLOP per step (XLA:
@@ -190,7 +194,7 @@ def tf_function(size: BertSize) -> Any:
 
 
 # --- PyTorch --------------------------------------------------------------------------------
-def _torch_model(size: BertSize) -> Any:
+def torch_model(size: BertSize) -> Any:
     """The encoder as a ``torch.nn.Module`` over int64 token ids (B, S)."""
     torch = import_torch()
     nn = torch.nn
@@ -219,7 +223,7 @@ def _torch_model(size: BertSize) -> Any:
 def torch_function(size: BertSize) -> Any:
     """The step with a ``torch.nn`` encoder, ``torch.func`` and the same SGD update."""
     torch = import_torch()
-    model = common.meta_module(lambda: _torch_model(size))
+    model = common.meta_module(lambda: torch_model(size))
     return common.torch_step(
         param_specs(size), 2, LEARNING_RATE, model, lambda tokens: (tokens.to(torch.int64),)
     )

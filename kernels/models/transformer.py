@@ -1,4 +1,5 @@
-"""The Transformer encoder layer that BERT (post-LN) and ViT (pre-LN) share, in Flax and Keras.
+"""The Transformer encoder layer that BERT (post-LN) and ViT (pre-LN) share, in Flax, Keras and
+PyTorch.
 
 A layer over ``tokens`` vectors of width ``hidden``: multi-head self-attention (``heads`` heads of
 ``hidden / heads``; query, key, value and output projections with biases; scores scaled by
@@ -7,7 +8,8 @@ dense back), each with a residual connection and a LayerNorm: after the residual
 BERT) or before the branch (pre-LN, ViT). Parameter names follow Flax's ``nn.Dense``,
 ``nn.LayerNorm`` and ``nn.MultiHeadDotProductAttention``; the Keras layers are named
 ``layer{i}.attn``, ``layer{i}.ln1``... so that :func:`kernels.models.common.canonical_name` maps
-them onto the same paths.
+them onto the same paths; the ``torch.nn`` modules are named as Flax's (``layer0.attn.query``),
+their weights the canonical arrays in torch's layouts (:func:`kernels.models.common.torch_param`).
 
 Counts per layer (T = tokens in the batch, B*heads*S*S attention scores), whole step:
 matmuls 3 passes of ``2 * macs``; bias adds 1 + 1 per element; the query scaling 1 + 1; softmax

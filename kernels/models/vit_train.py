@@ -22,6 +22,10 @@ encoder layers as in :mod:`kernels.models.transformer`; the final LayerNorm over
 (the frameworks normalise all of them, though only the class token reaches the classifier); the
 classifier 3 passes. At ``gpu``: 6.75 TFLOP per step (XLA: 0.5 % more), ~9.3 GiB.
 
+PyTorch (:func:`torch_model`): an ``nn.Conv2d`` patch embedding (NCHW, its kernel an OIHW view of
+the canonical HWIO one) whose (B, hidden, h, w) output is flattened row-major into patches as
+Flax's reshape does, the layers of :func:`kernels.models.transformer.torch_layer`.
+
 Footprint (:func:`footprint`): as BERT's (:mod:`kernels.models.bert_train`). Tolerance
 (:data:`TOLERANCE`): measured errors in :mod:`kernels.models`.
 """
@@ -184,7 +188,7 @@ def tf_function(size: VitSize) -> Any:
 
 
 # --- PyTorch --------------------------------------------------------------------------------
-def _torch_model(size: VitSize) -> Any:
+def torch_model(size: VitSize) -> Any:
     """The ViT as a ``torch.nn.Module`` (it takes NHWC images like the others)."""
     torch = import_torch()
     nn = torch.nn
@@ -224,7 +228,7 @@ def _torch_model(size: VitSize) -> Any:
 
 def torch_function(size: VitSize) -> Any:
     """The step with a ``torch.nn`` ViT, ``torch.func`` and the same SGD update."""
-    model = common.meta_module(lambda: _torch_model(size))
+    model = common.meta_module(lambda: torch_model(size))
     return common.torch_step(param_specs(size), 2, LEARNING_RATE, model, lambda x: (x,))
 
 
