@@ -105,10 +105,13 @@ def test_seed_models_compares_the_frameworks_on_each_model_and_reports_memory(tm
                "hydra.launcher.progress=false", f"hydra.sweep.dir={d}", timeout=1500)
     assert out.returncode == 0, out.stderr
     rows = rows_of(d)
-    assert len(rows) == 3 * 2 * 4
+    assert len(rows) == 3 * 3 * 4
     assert {r["workload"] for r in rows} == {"resnet50_train", "bert_train", "vit_train"}
+    assert {r["framework"] for r in rows} == {"jax", "tensorflow", "pytorch"}
+    assert {r["work_source"] for r in rows if r["framework"] == "pytorch"} == {
+        "torch_dispatch_ops"}  # eager, as the study's PyTorch 1.13 ran
     ok = [r for r in rows if r["status"] == "ok"]
-    assert len(ok) >= 20
+    assert len(ok) >= 30
     for r in ok:
         assert r["rate_unit"] == "samples/s" and r["items_per_call"] in (256, 32, 64)
         assert r["memory_source"].startswith("sim model")
@@ -117,7 +120,8 @@ def test_seed_models_compares_the_frameworks_on_each_model_and_reports_memory(tm
     report = dvfs(tmp_path, "report", str(d))
     assert report.returncode == 0, report.stderr
     text = (d / "report" / "report.md").read_text()
-    assert "## Memory per framework" in text and "samples/s" in text
+    assert "## Frameworks side by side" in text and "samples/s" in text
+    assert "(theirs: JAX 0.4.12, A100, ResNet-50 training)" in text
 
 
 def test_a_users_workload_runs_on_the_cpu_device_too(tmp_path):
