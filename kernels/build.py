@@ -293,9 +293,7 @@ class _TorchBackend:
 
     def _compiled(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` compiled (``torch.compile``: traced at its first call), or as it is."""
-        if not self._compile:
-            return fn
-        return self._torch.compile(fn, fullgraph=False, dynamic=False)
+        return fw.torch_compile(fn) if self._compile else fn
 
     def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         with fw.torch_mode_scope(*self._mode):

@@ -172,6 +172,29 @@ def missing_framework(framework: str) -> str | None:
     )
 
 
+TORCH_RECOMPILE_LIMIT = 1024
+"""Graphs ``torch.compile`` keeps per function: one per kernel that shares its code (the
+checked step of every workload, each workload's dtypes and variants). PyTorch's default, 8,
+would run the ninth kernel of a sweep eagerly under a compiled label, with a warning."""
+
+
+def torch_compile(fn: Any) -> Any:
+    """``torch.compile(fn)`` for static shapes, with room for every kernel of a sweep
+    (:data:`TORCH_RECOMPILE_LIMIT`) and an error, never a silent eager fallback, past it."""
+    torch = import_torch()
+    config = torch._dynamo.config
+    with _lock:
+        for name in ("cache_size_limit", "recompile_limit"):
+            if getattr(config, name, TORCH_RECOMPILE_LIMIT) < TORCH_RECOMPILE_LIMIT:
+                setattr(config, name, TORCH_RECOMPILE_LIMIT)
+        for name in ("accumulated_cache_size_limit", "accumulated_recompile_limit"):
+            if getattr(config, name, 4 * TORCH_RECOMPILE_LIMIT) < 4 * TORCH_RECOMPILE_LIMIT:
+                setattr(config, name, 4 * TORCH_RECOMPILE_LIMIT)
+        if hasattr(config, "fail_on_recompile_limit_hit"):
+            config.fail_on_recompile_limit_hit = True
+    return torch.compile(fn, dynamic=False)
+
+
 def framework_version(framework: str) -> str:
     """Return the version string of ``framework`` (importing it), e.g. ``"0.10.2"``."""
     if framework == "jax":

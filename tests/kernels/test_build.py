@@ -169,3 +169,13 @@ def test_pytorch_precision_and_determinism_are_set_around_each_call_and_restored
 
 def test_cublas_gets_its_deterministic_workspace_before_cuda_starts(pytorch):
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+
+def test_torch_compile_keeps_a_graph_for_every_kernel_of_a_sweep_and_never_falls_back(pytorch):
+    from kernels.frameworks import TORCH_RECOMPILE_LIMIT, torch_compile
+
+    torch_compile(lambda x: x)  # every compiled kernel comes through here
+    config = pytorch._dynamo.config
+    # the checked step's code is shared by every workload: PyTorch's 8 would run the 9th eagerly
+    assert config.recompile_limit >= TORCH_RECOMPILE_LIMIT >= 100
+    assert config.fail_on_recompile_limit_hit is True
