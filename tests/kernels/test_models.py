@@ -214,8 +214,9 @@ def test_tensorflows_graph_of_each_step_is_counted_op_by_op(frameworks, name):
 
 
 # --- PyTorch ------------------------------------------------------------------------------------
-# The PyTorch step is called directly (``SPEC.torch_fn``), on CPU tensors made from the same
-# float32 inputs, twice, in the deterministic mode ``import_torch`` turns on.
+# The PyTorch step is built as a sweep builds it (BuiltKernel: eager, deterministic algorithms on
+# around every call) from the same seed, and called twice.
+_torch_kernels: dict[str, BuiltKernel] = {}
 _torch_outputs: dict[str, list[np.ndarray]] = {}
 
 
@@ -229,17 +230,17 @@ def torch():
 
 def _torch_output(torch, name: str) -> list[np.ndarray]:
     if name not in _torch_outputs:
-        spec = MODELS[name].SPEC
-        step = spec.torch_fn(spec.size("tiny"))
-        tensors = [torch.from_numpy(a) for a in _inputs(name)]
-        _torch_outputs[name] = [step(*tensors).numpy() for _ in range(2)]
+        options = KernelOptions(name, "pytorch", "tiny", seed=SEED, deterministic=True)
+        kernel = BuiltKernel(MODELS[name].SPEC, options)
+        _torch_kernels[name] = kernel
+        _torch_outputs[name] = [kernel.call() for _ in range(2)]
     return _torch_outputs[name]
 
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_pytorch_step_matches_the_float64_reference_and_repeats_bitwise(torch, name):
-    assert torch.are_deterministic_algorithms_enabled()
     outputs = _torch_output(torch, name)
+    assert _torch_kernels[name].deterministic and not _torch_kernels[name].compile
     digests = [output_digest(o) for o in outputs]
     result = check_outputs(
         outputs[-1:], _reference(name), "float32", "default", name,
