@@ -548,6 +548,7 @@ class BuiltKernel:
             self.precision,
             self.xla,
             self.variant,
+            compile=self.compile,
         )
 
     def peak_memory(self) -> tuple[int | None, str]:

@@ -116,8 +116,12 @@ def test_a_pytorch_grid_eager_and_compiled_runs_through_the_launcher(tmp_path):
         ("gemm", False), ("gemm", True), ("stencil", False), ("stencil", True)]
     for row in rows:
         assert_measured_and_checked(row)
+        compiled = row["config"]["framework"]["compile"]
+        assert row["work_source"] == ("inductor_kernels" if compiled else "torch_dispatch_ops")
     # one trial key each: compile is part of what is measured
     assert len({r["trial_key"] for r in rows}) == 4
+    stencil = {r["config"]["framework"]["compile"]: r for r in rows if r["workload"] == "stencil"}
+    assert stencil[True]["charged_bytes"] < stencil[False]["charged_bytes"]  # fused by Inductor
 
 
 def test_dvfs_check_finds_pytorch_by_its_module_torch():
