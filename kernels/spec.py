@@ -248,17 +248,19 @@ class KernelSpec:
         return self.count_fn(self.sizes[preset][variant], ITEMSIZE[dtype])
 
     def _derived_counts(self, preset: str, dtype: str, variant: str) -> WorkCounts:
-        """The work of one call from XLA's cost analysis, for a workload without a ``count_fn``:
-        its JAX step compiled, or else its TensorFlow step compiled with XLA.
+        """The work of one call from what a compiler made of it, for a workload without a
+        ``count_fn``: its JAX step compiled (XLA's cost analysis), or else its TensorFlow step
+        compiled with XLA, or else its PyTorch step compiled by Inductor.
 
         Raises:
-            RuntimeError: XLA could not compile it, so nothing can say what it does.
+            RuntimeError: the compiler could not compile it, so nothing can say what it does.
         """
-        framework = "jax" if self.jax_fn is not None else "tensorflow"
-        work = compiled_work(self, framework, preset, dtype, "default", True, variant)
+        framework = self.frameworks[0]  # JAX, then TensorFlow, then PyTorch
+        work = compiled_work(self, framework, preset, dtype, "default", True, variant,
+                             compile=True)
         if work.source == "analytic":
-            raise RuntimeError(f"workload {self.name!r} has no count_fn and XLA could not derive "
-                               f"its work: {work.note}")
+            raise RuntimeError(f"workload {self.name!r} has no count_fn and its {framework} "
+                               f"step's compiled work could not be derived: {work.note}")
         return WorkCounts(work.flops, work.bytes_moved)
 
     def peak(self, dtype: str, precision: str = "default") -> Peak:

@@ -191,3 +191,18 @@ def test_a_footprints_peak_is_its_total_else_the_sum_of_its_parts(example):
                                    footprint_fn=lambda size, itemsize: {**parts, "total": 950})
     assert totalled.peak_bytes("tiny") == 950  # the parts' peak together, not their sum
     assert example.peak_bytes("tiny") is None  # it gives no footprint
+
+
+def test_a_pytorch_only_workload_builds_there_and_its_work_comes_from_inductor():
+    from kernels.selu import SPEC
+
+    torch_only = dataclasses.replace(SPEC, name="selu_torch_only", count_fn=None, jax_fn=None,
+                                     tf_fn=None)
+    assert torch_only.frameworks == ("pytorch",)
+    with pytest.raises(KernelOptionError, match="has no jax step; it has: pytorch"):
+        BuiltKernel(torch_only, KernelOptions(torch_only.name, "jax", "tiny"))
+    kernel = BuiltKernel(torch_only, KernelOptions(torch_only.name, "pytorch", "tiny"))
+    result = check_outputs([kernel.call()], kernel.reference(), "float32", "default", "selu")
+    assert result.verdict is Verdict.OK, result
+    counts = torch_only.counts("tiny")  # no count_fn: Inductor's kernels say what a call moves
+    assert counts.bytes_moved == SPEC.counts("tiny").bytes_moved and counts.flops > 0
