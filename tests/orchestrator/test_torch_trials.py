@@ -17,8 +17,6 @@ def _trial(run, *overrides):
     return row
 
 
-@pytest.mark.xfail(strict=True, reason="kernels/build.py BuiltKernel.compiled_work does not pass "
-                   "compile= to kernels.cost.compiled_work yet: a compiled trial is charged eager")
 def test_the_stencil_on_the_sim_takes_longest_eager_then_jax_then_compiled(run):
     eager = _trial(run, "framework.compile=false")
     compiled = _trial(run, "framework.compile=true")
