@@ -19,7 +19,9 @@ imported from ``sys.path``, the current directory and the directories of
 
 An unknown name raises :class:`UnknownKernelError`, an unknown preset, variant, dtype, precision or
 framework, or a target that does not load, :class:`KernelOptionError`; both are ``ValueError`` and
-say what exists. Nothing here imports JAX or TensorFlow until a kernel is built.
+say what exists. :func:`workload_frameworks` says which frameworks each workload is written in
+(a user's may give any of JAX, TensorFlow and PyTorch). Nothing here imports JAX, TensorFlow or
+PyTorch until a kernel is built.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ __all__ = [
     "get_spec",
     "list_workloads",
     "load_workload",
+    "workload_frameworks",
 ]
 
 ENTRY_POINT_GROUP = "dvfs.workloads"
@@ -74,6 +77,17 @@ _lock = threading.Lock()
 def list_workloads() -> tuple[str, ...]:
     """The built-in workload names, in registry order."""
     return tuple(WORKLOADS)
+
+
+def workload_frameworks(names: tuple[str, ...] | None = None) -> dict[str, tuple[str, ...]]:
+    """Which frameworks each workload is written in: name -> e.g. ``("jax", "tensorflow",
+    "pytorch")``, for ``names`` (built-ins or workloads loaded in this process; default: every
+    built-in). Imports no framework.
+
+    Raises:
+        UnknownKernelError: a name that is neither a built-in nor loaded.
+    """
+    return {name: get_spec(name).frameworks for name in (names or list_workloads())}
 
 
 def workload_entry_points() -> dict[str, str]:

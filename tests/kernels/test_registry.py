@@ -20,6 +20,17 @@ def test_registry_lists_the_six_kernels_then_the_three_models_in_study_order():
     assert (KERNELS, REGISTERED_MODELS) == (NAMES, MODELS)
 
 
+def test_the_registry_says_every_kernel_is_written_in_all_three_frameworks():
+    from kernels.registry import workload_frameworks
+
+    every = ("jax", "tensorflow", "pytorch")
+    assert {n: f for n, f in workload_frameworks().items() if n in NAMES} == {
+        n: every for n in NAMES}
+    assert workload_frameworks(("gemm",)) == {"gemm": every}
+    with pytest.raises(UnknownKernelError):
+        workload_frameworks(("nope",))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_workload_has_the_three_presets_and_float32_and_bfloat16(name):
     spec = get_spec(name)
