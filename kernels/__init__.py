@@ -1,9 +1,11 @@
-"""The study's workloads in JAX and TensorFlow, with float64 references, work counts and checks.
+"""The study's workloads in JAX, TensorFlow and PyTorch, with float64 references, work counts and
+checks.
 
 Six workloads (``stencil``, ``gemm``, ``selu``, ``conv3d``, ``mlp_train``, ``hessian``), each with
-a JAX implementation (``jax.jit``), a TensorFlow one (``tf.function``, XLA on a switch), a float64
-NumPy reference and an analytic count of FLOPs and minimum bytes per call. A kernel is built once
-(inputs, compile, warm-up) and then called many times on the same inputs::
+a JAX implementation (``jax.jit``), a TensorFlow one (``tf.function``, XLA on a switch), a PyTorch
+one (eager, or ``torch.compile`` on a switch; PyTorch is the extra ``dvfs-orchestrator[torch]``),
+a float64 NumPy reference and an analytic count of FLOPs and minimum bytes per call. A kernel is
+built once (inputs, compile, warm-up) and then called many times on the same inputs::
 
     from kernels import KernelOptions, build_kernel, check_errors, fingerprint_hex
 
@@ -14,8 +16,8 @@ NumPy reference and an analytic count of FLOPs and minimum bytes per call. A ker
     result = check_errors(errors, [fingerprint_hex(f) for f in fingerprints], k.dtype,
                           k.precision, k.workload)
 
-Importing this package imports neither JAX nor TensorFlow (nor ml_dtypes): they load when the
-first kernel is built. This package knows nothing of devices, Ray or configuration.
+Importing this package imports none of JAX, TensorFlow and PyTorch (nor ml_dtypes): they load
+when the first kernel is built. This package knows nothing of devices, Ray or configuration.
 """
 
 from kernels.build import BuiltKernel
