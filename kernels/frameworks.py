@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -141,6 +142,8 @@ def import_torch() -> Any:
         FrameworkMissingError: PyTorch is not installed (one line naming the extra).
     """
     global _torch_configured
+    if _torch_configured:  # the fast path: the mode scope asks at every call
+        return sys.modules["torch"]
     configure_environment()
     try:
         import torch
