@@ -414,9 +414,10 @@ def torch_step(
     count = len(specs)
 
     def loss_fn(params, features, labels):
-        device = labels.device
+        floats = params[0].dtype  # statistics in the parameters' dtype; the step counter as is
         stats = {
-            n: torch.full(shape, 1 if ones else 0, dtype=dtype, device=device)
+            n: torch.full(shape, 1 if ones else 0, device=labels.device,
+                          dtype=floats if dtype.is_floating_point else dtype)
             for n, (shape, dtype, ones) in buffers.items()
         }
         state = {**torch_state(specs, params), **stats}

@@ -354,3 +354,18 @@ def test_the_pytorch_step_traces_whole_for_torch_compile(torch, name):
     step = torch.compile(spec.torch_fn(spec.size("tiny")), fullgraph=True, backend="aot_eager")
     out = step(*[torch.from_numpy(a) for a in _inputs(name)]).numpy()
     assert np.array_equal(out, _torch_output(torch, name)[-1])
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_pytorch_in_float64_is_the_float64_reference(torch, name):
+    # The same computation as Flax's up to float64 rounding (padding, epsilons, exact GELU,
+    # attention scaling, loss, update): what separates the float32 steps is rounding alone.
+    spec = MODELS[name].SPEC
+    step = spec.torch_fn(spec.size("tiny"))
+    out = step(*[torch.from_numpy(a.astype(np.float64)) for a in _inputs(name)]).numpy()
+    reference = _reference(name)
+    assert out.dtype == np.float64
+    assert np.linalg.norm(out - reference) / np.linalg.norm(reference) < 1e-14
+    start = _start(name)
+    update = np.linalg.norm(out[1:] - reference[1:]) / np.linalg.norm(reference[1:] - start)
+    assert update < 1e-12
