@@ -130,5 +130,5 @@ SPEC = KernelSpec(
     name="conv3d",
     description="a 3-D convolution layer forward pass, NDHWC, 3x3x3 SAME (compute-bound)",
     sizes=SIZES, dtypes=("float32", "bfloat16"), precisions=("default", "highest", "tf32"),
-    compute_bound=True, uses_matmul=True, **module_hooks(globals()),
+    compute_bound=True, uses_matmul=True, convolution=True, **module_hooks(globals()),
 )

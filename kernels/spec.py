@@ -97,6 +97,8 @@ class KernelSpec:
         items_fn: ``items_fn(size) -> int``, the samples (or tokens) one call processes.
         tolerances: the relative error allowed, by ``"float32"``, ``"tf32"`` and ``"bfloat16"``;
             None: the built-in table of :mod:`kernels.checks`.
+        convolution: whether its matrix work is convolutions (cuDNN), which PyTorch runs in TF32
+            by default where it keeps float32 matmuls in FP32 (:meth:`peak`).
         footprint_fn: ``footprint_fn(size, itemsize) -> {part: bytes}``, the device memory one
             call holds (parameters, optimizer state, activations...; a ``"total"`` entry, if
             any, is their peak together, else their sum): the simulated GPU's peak.
@@ -130,6 +132,7 @@ class KernelSpec:
     torch_fn: Callable[[Any], Callable[..., Any]] | None = dataclasses.field(
         default=None, repr=False
     )
+    convolution: bool = False
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -263,17 +266,20 @@ class KernelSpec:
                                f"step's compiled work could not be derived: {work.note}")
         return WorkCounts(work.flops, work.bytes_moved)
 
-    def peak(self, dtype: str, precision: str = "default") -> Peak:
+    def peak(self, dtype: str, precision: str = "default", framework: str | None = None) -> Peak:
         """Name the compute roof that limits this workload in ``dtype`` and ``precision``.
 
         Matmul and convolution work runs on tensor cores: bf16 at the BF16 roof, float32 at the
-        TF32 roof unless the precision is ``"highest"`` (both frameworks use TF32 by default on
-        Ampere and newer GPUs). Elementwise work runs on the CUDA cores at the FP32 roof in any
-        dtype narrower than float64.
+        TF32 roof unless the precision is ``"highest"`` (JAX and TensorFlow use TF32 by default
+        on Ampere and newer GPUs). PyTorch's default is TF32 for cuDNN convolutions only: its
+        float32 matmuls stay at the FP32 roof unless the precision is ``"tf32"``
+        (``convolution`` tells the two apart). Elementwise work runs on the CUDA cores at the
+        FP32 roof in any dtype narrower than float64.
 
         Args:
             dtype: a dtype name.
             precision: a precision name.
+            framework: the framework that runs it (None: JAX's and TensorFlow's defaults).
 
         Returns:
             ``"fp32"``, ``"tf32"``, ``"bf16"``, ``"fp16"`` or ``"fp64"``.
@@ -287,7 +293,10 @@ class KernelSpec:
             return "bf16"
         if dtype == "float16":
             return "fp16"
-        return "fp32" if precision == "highest" else "tf32"
+        if precision == "highest":
+            return "fp32"
+        torch_fp32 = framework == "pytorch" and precision == "default" and not self.convolution
+        return "fp32" if torch_fp32 else "tf32"
 
 
 @dataclasses.dataclass(frozen=True)

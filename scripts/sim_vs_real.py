@@ -25,7 +25,7 @@ def table(run: measured.MeasuredRun) -> str:
     head = ["workload", *(f"{label} sim / real" for _, label, _ in FIGURES)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in run.rows:
-        peak = WORKLOADS[row["workload"]].peak(row["dtype"], row["precision"])
+        peak = WORKLOADS[row["workload"]].peak(row["dtype"], row["precision"], row.get("framework"))
         c = compare_real(profile, row, peak)
         cells = [c.workload]
         for name, _, digits in FIGURES:

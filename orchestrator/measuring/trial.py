@@ -300,7 +300,7 @@ def _charged_work(
     return KernelWork(
         flops=float(compiled.flops),
         bytes_moved=float(compiled.bytes_moved),
-        peak=spec.peak(cfg.workload.dtype, cfg.framework.precision),
+        peak=spec.peak(cfg.workload.dtype, cfg.framework.precision, cfg.framework.name),
         kernel_class=spec.name,
         framework=cfg.framework.name,
         launches=int(compiled.launches),

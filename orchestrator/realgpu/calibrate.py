@@ -117,7 +117,8 @@ def calibrate(rows: list[dict[str, Any]], base: str, *, anchors: bool = False,
         spec = WORKLOADS.get(row["workload"])
         if spec is None:
             return "tf32" if row.get("work_kind") in ("matmul", "conv") else "fp32"
-        return spec.peak(row.get("dtype", "float32"), row.get("precision", "default"))
+        return spec.peak(row.get("dtype", "float32"), row.get("precision", "default"),
+                         row.get("framework"))
 
     return fit.fit(base_raw, rows, peak_of, key=key, anchors=chosen)
 

@@ -226,8 +226,8 @@ def beside_sim(rows: list[dict]) -> dict:
     profile = load_profile(profile_name)
     out = []
     for row in ok:
-        c = compare_real(profile, row, WORKLOADS[row["workload"]].peak(row["dtype"],
-                                                                      row["precision"]))
+        c = compare_real(profile, row, WORKLOADS[row["workload"]].peak(
+            row["dtype"], row["precision"], row.get("framework")))
         out.append({"workload": row["workload"], "framework": row["framework"],
                     "dtype": row["dtype"], **{figure: list(getattr(c, figure)) for figure in
                                               ("ms_per_iter", "power_w", "j_per_iter",

@@ -168,3 +168,23 @@ def test_default_precision_of_matmul_work_gets_the_tf32_tolerance_it_has_on_a_gp
     assert tolerance_for("float32", "default", "gemm") == tolerance_for("float32", "tf32", "gemm")
     fp32 = tolerance_for("float32", "highest", "selu")
     assert tolerance_for("float32", "default", "selu") == fp32
+
+
+@pytest.mark.parametrize(
+    ("name", "precision", "roof"),
+    [
+        ("gemm", "default", "fp32"),  # torch.matmul: float32 matmul precision "highest"
+        ("mlp_train", "default", "fp32"),
+        ("conv3d", "default", "tf32"),  # cuDNN: torch.backends.cudnn.allow_tf32 is on
+        ("gemm", "tf32", "tf32"),
+        ("conv3d", "highest", "fp32"),
+        ("selu", "default", "fp32"),
+    ],
+)
+def test_pytorch_keeps_float32_matmuls_at_fp32_by_default_but_not_convolutions(
+    name, precision, roof
+):
+    assert get_spec(name).peak("float32", precision, "pytorch") == roof
+    assert get_spec(name).peak("bfloat16", "default", "pytorch") in ("bf16", "fp32")
+    if precision == "default" and name in ("gemm", "mlp_train"):
+        assert get_spec(name).peak("float32", precision, "jax") == "tf32"
