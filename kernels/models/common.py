@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -266,6 +266,8 @@ def tf_step(
 
 # --- PyTorch ---------------------------------------------------------------------------------
 _TORCH_LEAVES = {"kernel": "weight", "scale": "weight", "embedding": "weight"}
+TorchLayout = Literal["same", "dense", "conv", "heads_in", "heads_out", "heads_bias"]
+"""How a canonical array is laid out as a torch parameter (see :class:`TorchParam`)."""
 
 
 class TorchParam(NamedTuple):
@@ -282,7 +284,7 @@ class TorchParam(NamedTuple):
     """
 
     name: str
-    layout: str
+    layout: TorchLayout
 
 
 def torch_param(spec: ParamSpec) -> TorchParam:
@@ -291,16 +293,20 @@ def torch_param(spec: ParamSpec) -> TorchParam:
     imply (a kernel of rank 4 is a convolution's, of rank 2 a dense layer's, of rank 3 an
     attention projection's; a bias of rank 2 is an attention projection's)."""
     *path, leaf = spec.name.split("/")
-    layout = "same"
-    if leaf == "kernel":
-        rank = len(spec.shape)
-        layout = {4: "conv", 2: "dense"}.get(rank, "heads_out" if path[-1] == "out" else "heads_in")
-    elif leaf == "bias" and len(spec.shape) == 2:
+    rank = len(spec.shape)
+    layout: TorchLayout = "same"
+    if leaf == "kernel" and rank == 4:
+        layout = "conv"
+    elif leaf == "kernel" and rank == 2:
+        layout = "dense"
+    elif leaf == "kernel":
+        layout = "heads_out" if path[-1] == "out" else "heads_in"
+    elif leaf == "bias" and rank == 2:
         layout = "heads_bias"
     return TorchParam(".".join([*path, _TORCH_LEAVES.get(leaf, leaf)]), layout)
 
 
-def to_torch_layout(layout: str, array: Any) -> Any:
+def to_torch_layout(layout: TorchLayout, array: Any) -> Any:
     """A canonical array (a torch tensor) in the torch layout ``layout`` names (a view)."""
     if layout == "conv":
         return array.permute(3, 2, 0, 1)
@@ -315,7 +321,7 @@ def to_torch_layout(layout: str, array: Any) -> Any:
     return array
 
 
-def from_torch_layout(layout: str, tensor: Any, shape: tuple[int, ...]) -> Any:
+def from_torch_layout(layout: TorchLayout, tensor: Any, shape: tuple[int, ...]) -> Any:
     """The inverse of :func:`to_torch_layout`: a torch parameter back in canonical ``shape``."""
     if layout == "conv":
         return tensor.permute(2, 3, 1, 0)
