@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis._frame import OK, SETTING_COLUMNS, is_missing
+from analysis._frame import DEFAULT_GROUP, OK, SETTING_COLUMNS, is_missing
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,9 @@ figures are not of a workload we run as they did: TensorFlow's BERT at 12.4 seq/
 board not given beside it), and ViT-Large's memory (45.1 GB in JAX, 48.2 GB in TensorFlow; we
 run ViT-B/16)."""
 
-GROUP: list[str] = ["workload", "size", "dtype", "precision", "device_name"]
-"""What makes trials of different frameworks comparable: the same computation on one GPU model."""
+GROUP: list[str] = [c for c in DEFAULT_GROUP if c != "framework"]
+"""What makes trials of different frameworks comparable: the same computation on one GPU model
+(the report's groups, less the framework)."""
 
 
 def matched_rows(df: pd.DataFrame, group: Sequence[str] = GROUP) -> pd.DataFrame:
