@@ -261,11 +261,17 @@ class _TensorFlowBackend:
         return self._device.rpartition("device:")[2] if "device:" in self._device else "CPU:0"
 
     def peak_memory(self) -> tuple[int | None, str]:
-        info = self._tf.config.experimental.get_memory_info(self._memory_device())
+        try:
+            info = self._tf.config.experimental.get_memory_info(self._memory_device())
+        except ValueError as e:  # "Allocator stats not available": TF's CPU allocator, mostly
+            return None, f"tf get_memory_info gives nothing on this device ({e})"
         return int(info["peak"]), "tf get_memory_info peak"
 
     def reset_peak_memory(self) -> bool:
-        self._tf.config.experimental.reset_memory_stats(self._memory_device())
+        try:
+            self._tf.config.experimental.reset_memory_stats(self._memory_device())
+        except ValueError:  # "Cannot reset memory stats": an allocator that keeps none
+            return False
         return True
 
 

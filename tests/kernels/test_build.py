@@ -134,6 +134,26 @@ def test_a_pytorch_kernel_reports_what_it_runs_and_where(pytorch):
     assert k.reset_peak_memory() is False
 
 
+def test_a_tensorflow_kernel_reports_the_cpu_allocators_statistics_only_where_it_keeps_them(
+        frameworks):
+    """TensorFlow's CPU allocator keeps statistics only under oneDNN's allocator (x86 CPUs with
+    AVX-512 VNNI and newer, by default): elsewhere get_memory_info raises, and the kernel says
+    "nothing" instead of crashing its trial."""
+    _, tf = frameworks
+    k = build_kernel(KernelOptions("gemm", "tensorflow", "tiny", seed=5))
+    try:
+        tf.config.experimental.get_memory_info("CPU:0")
+        kept = True
+    except ValueError:
+        kept = False
+    peak, source = k.peak_memory()
+    assert k.reset_peak_memory() is kept
+    if kept:
+        assert (peak >= 0, source) == (True, "tf get_memory_info peak")
+    else:
+        assert peak is None and source.startswith("tf get_memory_info gives nothing")
+
+
 def test_pytorch_compile_and_determinism_are_part_of_the_cache_key():
     key = KernelCache.key(KernelOptions("selu", "pytorch", "tiny"))
     assert key == KernelCache.key(KernelOptions("selu", "pytorch", "tiny", xla=True))

@@ -127,7 +127,8 @@ def test_seed_models_compares_the_frameworks_on_each_model_and_reports_memory(tm
 def test_a_users_workload_runs_on_the_cpu_device_too(tmp_path):
     """``device=cpu`` (no RAPL zone, as in a VM: time only) runs the example in both frameworks
     at its own size; the rows' rate is in tokens/s of that size, and memory is what each
-    framework says on a CPU: JAX keeps no statistics there, TensorFlow's allocator does."""
+    framework says on a CPU: JAX keeps no statistics there, TensorFlow's allocator does
+    where oneDNN's allocator runs."""
     (tmp_path / "powercap").mkdir()
     d = tmp_path / "cpu"
     out = dvfs(tmp_path, "sweep", "-m", "device=cpu",
@@ -145,5 +146,9 @@ def test_a_users_workload_runs_on_the_cpu_device_too(tmp_path):
         assert r["rate"] == pytest.approx(r["throughput"] * 64) and r["energy_j"] is None
     assert rows["jax"]["peak_memory_bytes"] is None
     assert "memory_stats() gives nothing" in rows["jax"]["memory_source"]
-    assert rows["tensorflow"]["memory_source"] == "tf get_memory_info peak"
-    assert rows["tensorflow"]["peak_memory_bytes"] >= 0
+    tf_row = rows["tensorflow"]  # what TF's CPU allocator keeps: test_build checks which
+    if tf_row["memory_source"] == "tf get_memory_info peak":
+        assert tf_row["peak_memory_bytes"] >= 0
+    else:
+        assert tf_row["peak_memory_bytes"] is None
+        assert tf_row["memory_source"].startswith("tf get_memory_info gives nothing")
