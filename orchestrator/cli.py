@@ -7,6 +7,7 @@
     dvfs calibrate SOURCE... --profile BASE --out FILE
                                            a sim profile fitted to a real board's rows
     dvfs check [OVERRIDES...] [--out DIR]  everything needed from a real GPU, observe-only, < 5 min
+    dvfs --version                         the installed version (and the commit of a checkout)
 
 ``devices`` and ``restore`` take the same Hydra overrides as ``sweep`` (``device=sim
 device.count=4``), so one vocabulary names a machine everywhere. Bad input is one line on stderr
@@ -47,6 +48,7 @@ commands:
   check [OVERRIDES...] [--out DIR] [--lease-wheels DIR]
                                  one observe-only check of a GPU in under five minutes: its
                                  readings and every workload as trials (a store dvfs report reads)
+  --version                      the installed version (and the git commit of a checkout)
 
 examples:
   dvfs sweep -m workload=gemm,stencil framework=jax,tensorflow \\
@@ -64,6 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE, end="")
+        return 0
+    if args[0] in ("-V", "--version"):
+        from orchestrator.results.provenance import git_commit, package_version
+
+        commit = git_commit()
+        print(f"dvfs {package_version()}" + (f" (git {commit[:12]})" if commit else ""))
         return 0
     command, rest = args[0], args[1:]
     commands = {"sweep": _sweep, "devices": _devices, "restore": _restore, "report": _report,

@@ -24,8 +24,9 @@ from orchestrator.errors import UserError, hydra_user_error
 if TYPE_CHECKING:
     from hydra.core.config_store import ConfigStore
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-"""The top-level ``conf/`` directory (an editable install keeps it beside the packages)."""
+CONF_DIR = (Path(__file__).parent / "conf").resolve()
+"""The configs: ``orchestrator/conf``, a link to the checkout's top-level ``conf/`` (a source tree
+or an editable install), or the copy a wheel carries as package data (any other install)."""
 
 BACKENDS = ("sim", "nvml", "cpu")
 METERS = ("auto", "counter", "polling")
