@@ -75,6 +75,21 @@ def test_the_wheel_carries_every_config_and_the_readmes_example(installed):
     assert not [n for n in names if n.startswith(("tests/", "scripts/", "conf/"))]
 
 
+def test_the_sdist_carries_every_config_and_the_readmes_example(tmp_path):
+    import tarfile
+
+    made = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta; "
+                           "print(build_meta.build_sdist(sys.argv[1]))", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    name = made.stdout.split()[-1]
+    with tarfile.open(tmp_path / name) as sdist:
+        names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
+    configs = {f"orchestrator/conf/{p.relative_to(REPO / 'conf')}"
+               for p in (REPO / "conf").rglob("*.yaml")}
+    assert configs <= names and "examples/attention.py" in names, sorted(configs - names)
+
+
 def test_the_installed_dvfs_says_its_version_and_runs_from_its_own_files(installed):
     _, bin_dir, work = installed
     version = run([str(bin_dir / "dvfs"), "--version"], work)
