@@ -98,9 +98,9 @@ class ProgramRun:
     def failure(self) -> str | None:
         """Why the run failed (None: it exited 0)."""
         if self.timed_out:
-            return f"ran past its limit after {self.wall_s:.1f} s and was stopped"
+            return "ran past its limit and was stopped"
         if self.stopped_by is not None:
-            return f"was stopped ({self.stopped_by}) after {self.wall_s:.1f} s"
+            return f"was stopped ({self.stopped_by})"
         if self.exit_code == 0:
             return None
         if self.exit_code is None:
@@ -111,15 +111,18 @@ class ProgramRun:
 
 
 def run_program(argv: Sequence[str], *, cwd: str | None, env: dict[str, str],
-                timeout_s: float | None, on_poll: Callable[[], None] | None = None) -> ProgramRun:
+                timeout_s: float | None, capture: bool = True,
+                on_poll: Callable[[], None] | None = None) -> ProgramRun:
     """Run a program to its end (or its limit, or a Ctrl-C) in a process group of its own, with
-    its records file; its output goes to a file whose tail is kept.
+    its records file and no standard input (a background group that read the terminal would be
+    stopped).
 
     Args:
         argv: what to run (``program.program_argv``).
         cwd: where.
         env: added to this process's environment.
         timeout_s: its limit (None: none).
+        capture: its output goes to a file whose tail is kept (else to this process's).
         on_poll: called every ``POLL_S`` while it runs.
     """
     with tempfile.TemporaryDirectory(prefix="dvfs-program-") as tmp:
@@ -129,8 +132,9 @@ def run_program(argv: Sequence[str], *, cwd: str | None, env: dict[str, str],
         with log.open("wb") as out:
             try:
                 proc = subprocess.Popen(
-                    program.program_argv(argv), cwd=cwd, env=full_env, stdout=out,
-                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0)
+                    program.program_argv(argv), cwd=cwd, env=full_env,
+                    stdout=out if capture else None, stderr=subprocess.STDOUT if capture else None,
+                    stdin=subprocess.DEVNULL, process_group=0)
             except OSError as e:
                 return ProgramRun(None, time.perf_counter() - start, output_tail=str(e))
             timed_out, stopped_by = _wait(proc, start, timeout_s, on_poll)
