@@ -150,8 +150,13 @@ def _command_job(config: DvfsConfig) -> DvfsConfig:
     from orchestrator.measuring.program import check_program
 
     workload = config.workload
+    argv = workload.argv
+    if isinstance(argv, (str, bytes)) or not argv or not all(
+            isinstance(a, (str, int, float)) for a in argv):
+        raise UserError("workload=command needs workload.argv=[program,arg,...], e.g. "
+                        "workload.argv=[python,train.py,--steps,200]")
     cwd = str(Path(workload.cwd or os.getcwd()).absolute())
-    check_program(workload.argv or (), cwd)
+    check_program(argv, cwd)
     if workload.cwd == cwd:
         return config
     return dataclasses.replace(config, workload=dataclasses.replace(workload, cwd=cwd))
