@@ -489,8 +489,9 @@ def _run_once(ctx: TrialContext, job: JobSpec) -> _Measured:
         note = (f"the program charged the simulated GPU nothing (it never used the dvfs API): "
                 f"charged as busy for its wall time, {busy_s:.2f} s")
     elif run.report.busy_s:
-        note = (f"the program charged no step in {run.report.busy_s:.2f} s of its windows: "
-                "charged as busy for that wall time")
+        note = (f"the program charged the simulated GPU no step for {run.report.busy_s:.2f} s "
+                "of its run (windows, or a run, in which it charged nothing): charged as busy "
+                "for that wall time")
     return _Measured(run, run_span(run, device, whole, busy_s), start_c,
                      float(device.temperature_c()), note)
 

