@@ -532,7 +532,8 @@ class _Process:
         channel = _channel()
         try:
             if self._run is not None and any(o is self._run for o in self.open):
-                self.end(self._run)
+                with contextlib.suppress(Exception):  # a framework already shut down, say:
+                    self.end(self._run)  # the run's window is lost, never its totals
             if channel is not None:
                 channel.write({"kind": "end", "calls": self.calls, "busy_s": self.busy_s})
         finally:
