@@ -72,6 +72,7 @@ def test_the_wheel_carries_every_config_and_the_readmes_example(installed):
                for p in (REPO / "conf").rglob("*.yaml")}
     assert len(configs) > 20 and configs <= names, sorted(configs - names)
     assert "examples/attention.py" in names  # README: workload.target=examples.attention:...
+    assert {"examples/train_mlp.py", "dvfs/__init__.py"} <= names  # the window API, its example
     assert not [n for n in names if n.startswith(("tests/", "scripts/", "conf/"))]
 
 
