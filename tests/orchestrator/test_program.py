@@ -17,7 +17,7 @@ import pytest
 import dvfs
 from kernels import numpy_fingerprint
 from orchestrator.config import DeviceConfig, MeasureConfig
-from orchestrator.devices import journal_dir, open_backend
+from orchestrator.devices import CPU_ONLY_ENV, journal_dir, open_backend
 from orchestrator.measuring import program
 from orchestrator.measuring.guard import SettingsGuard, SettingsRequest
 from orchestrator.measuring.journal import Journal
@@ -252,6 +252,8 @@ def test_off_the_sim_a_charged_call_is_the_call_itself_counted(tmp_path, monkeyp
     """device=cpu: no RAPL here (a powercap tree with no zone), time only; nothing charged."""
     monkeypatch.setenv("DVFS_DEVICE", "cpu")
     monkeypatch.setenv(program.POWERCAP_ENV, str(tmp_path / "powercap"))
+    for name in CPU_ONLY_ENV:  # device=cpu hides the GPUs process-wide: undone after
+        monkeypatch.setenv(name, os.environ.get(name, ""))
     (tmp_path / "powercap").mkdir()
     _forget_the_api()
     try:
