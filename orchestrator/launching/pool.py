@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine, loopback mode
 NICENESS_ENV = "RAY_worker_niceness"  # Ray nices its workers to 15; ours run the measurements
+PRESTART_ENV = "RAY_prestart_worker_first_driver"  # "0": no idle workers started for nothing
 CLOSE_WAIT_S = 15.0  # how long a closing pool waits for its workers to put their GPUs back
 
 
@@ -261,8 +262,17 @@ class GpuPool(EarlyStart):
         Beside any other busy process a nice-15 worker gets a few percent of a core: on a 2-core
         machine with two busy loops, a 25-minute test sweep ran at 6 % CPU and timed out.
         (Cluster nodes are started by ``ray start``: docs/cluster.md says to set it there.)
+
+        Nor does a local instance start a worker per CPU when the driver connects: Ray's prestarted
+        workers run tasks without a runtime environment, and every GPU worker here has one (its
+        sim and journal variables), so they would only idle, each a Python process of ~100 MiB
+        (128 of them on a 128-core node) and, on 2 cores, ~2 CPU-seconds of each sweep's start.
         """
-        wanted = {LOCAL_ONLY_ENV: "0", NICENESS_ENV: "0"} if self.settings.address is None else {}
+        wanted = (
+            {LOCAL_ONLY_ENV: "0", NICENESS_ENV: "0", PRESTART_ENV: "0"}
+            if self.settings.address is None
+            else {}
+        )
         added = [k for k in wanted if k not in os.environ]
         os.environ.update({k: wanted[k] for k in added})
         try:
