@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -118,8 +119,11 @@ def test_jax_lowers_each_precision_to_its_own_dot_precision(frameworks):
 @pytest.mark.parametrize("name", ["conv3d", "mlp_train", "hessian"])
 @pytest.mark.parametrize("framework", ["jax", "tensorflow", "pytorch"])
 def test_tiny_builds_take_well_under_a_second(frameworks, pytorch, name, framework):
-    k = build_kernel(KernelOptions(name, framework, "tiny", dtype="bfloat16", seed=9))
-    assert k.build_s < 1.0
+    """In CPU seconds of this process (its compiler threads included): a busy machine stretches
+    a build's wall clock, not its work."""
+    start = time.process_time()
+    build_kernel(KernelOptions(name, framework, "tiny", dtype="bfloat16", seed=9))
+    assert time.process_time() - start < 1.0
 
 
 def test_a_pytorch_kernel_reports_what_it_runs_and_where(pytorch):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import resource
-import time
 
 import numpy as np
 import pytest
@@ -95,10 +94,8 @@ def test_the_analysis_allocates_nothing_of_the_size_it_analyses(frameworks):
 
 def test_the_work_is_computed_once_per_options(frameworks):
     first = compiled_work(STENCIL, "jax", "gpu", variant="2d")
-    start = time.perf_counter()
     again = compiled_work(STENCIL, "jax", "gpu", variant="2d")
-    assert again is first
-    assert time.perf_counter() - start < 0.01
+    assert again is first  # the same object: nothing was compiled or analysed again
     assert first.analysis_s > 0
 
 
