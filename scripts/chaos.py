@@ -1,7 +1,7 @@
-"""Chaos run: a sweep on 4 simulated GPUs under faults, each at a random moment; then the ledger.
+"""Chaos run: a sweep on simulated GPUs under faults, each at a random moment; then the ledger.
 
-    .venv/bin/python scripts/chaos.py --faults 100      # the full run: 100 faults, 11 of each kind
-    .venv/bin/python scripts/chaos.py --faults 10       # the short form CI runs (every kind once)
+    .venv/bin/python scripts/chaos.py --faults 100          # the full run: 4 GPUs, 11 of each kind
+    .venv/bin/python scripts/chaos.py --faults 10 --gpus 2  # the suite's short form: each kind once
     .venv/bin/python scripts/chaos.py --kinds gpu_lost --faults 1 --json out.json
 
 The run, its faults and its ledger are ``orchestrator.testing.chaos`` (its docstring says what

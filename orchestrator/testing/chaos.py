@@ -88,11 +88,9 @@ KINDS = (
     "disk_full",
     "two_sweeps",
 )
-GPUS = 4
+GPUS = 4  # the full run's machine (--gpus); the suite's short form runs on 2
 TRIAL_TIMEOUT_S = 15  # hydra.launcher.timeout_s: a hung kernel becomes `timeout` after this
-MACHINE = [f"device.count={GPUS}"]
 COMMON = [
-    *MACHINE,
     "framework=jax",
     "workload.size=tiny",
     "measure=quick",
@@ -123,9 +121,11 @@ class ChaosRun:
     """The machine, the sweeps, the faults and what each did."""
 
     def __init__(
-        self, root: Path, rng: random.Random, kinds: list[str], say: Callable[[str], None]
+        self, root: Path, rng: random.Random, kinds: list[str], say: Callable[[str], None],
+        gpus: int = GPUS,
     ):
         self.root = root
+        self.machine = [f"device.count={gpus}"]
         self.rng = rng
         self.say = say
         self.state = root / "sim"
@@ -207,7 +207,8 @@ class ChaosRun:
         log = self.root / "logs" / f"{sweep.directory.name}-{self.driver_starts}.err"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w") as err:
-            proc = subprocess.Popen(sweep.command([*DVFS, "sweep", "-m", *COMMON]), cwd=self.root,
+            command = sweep.command([*DVFS, "sweep", "-m", *self.machine, *COMMON])
+            proc = subprocess.Popen(command, cwd=self.root,
                                     env=self.env,
                                     stdout=subprocess.DEVNULL, stderr=err,
                                     start_new_session=True)
@@ -308,7 +309,7 @@ class ChaosRun:
         Raises:
             RuntimeError: ``dvfs restore`` failed.
         """
-        out = subprocess.run([*DVFS, "restore", *MACHINE], cwd=self.root, env=self.env,
+        out = subprocess.run([*DVFS, "restore", *self.machine], cwd=self.root, env=self.env,
                              capture_output=True, text=True, timeout=120)
         text = (out.stdout + out.stderr).strip()
         self.restores.append(text)
@@ -716,7 +717,7 @@ def schedule_of(kinds: list[str], n: int, rng: random.Random) -> list[str]:
 
 
 def run_chaos(root: Path, faults: int, kinds: list[str], seed: int,
-              say: Callable[[str], None]) -> dict[str, Any]:
+              say: Callable[[str], None], gpus: int = GPUS) -> dict[str, Any]:
     """The whole chaos run: a main sweep, ``faults`` faults at random moments, then the ledger.
 
     Args:
@@ -725,16 +726,17 @@ def run_chaos(root: Path, faults: int, kinds: list[str], seed: int,
         kinds: the fault kinds to draw from (``disk_full`` is dropped where no tmpfs mounts).
         seed: seeds the kinds' order and the moments.
         say: prints one progress line.
+        gpus: how many simulated GPUs the machine has.
 
     Returns:
         The ledger, with every fault's record, every ``dvfs restore`` output and the wall time
         in seconds.
     """
     rng = random.Random(seed)
-    run = ChaosRun(root, rng, kinds, say)
+    run = ChaosRun(root, rng, kinds, say, gpus)
     try:
         plan = schedule_of(run.kinds, faults, rng)
-        say(f"{len(plan)} faults on {GPUS} simulated GPUs, seed {seed}; working in {root}")
+        say(f"{len(plan)} faults on {gpus} simulated GPUs, seed {seed}; working in {root}")
         run.start_main(run.new_main_sweep())
         for n, kind in enumerate(plan, 1):
             for _ in range(5):  # a fault that found nothing to strike is struck again
@@ -766,14 +768,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", type=int, default=100, help="how many faults (default 100)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated fault kinds")
     parser.add_argument("--seed", type=int, default=0, help="seeds the kinds' order and moments")
+    parser.add_argument("--gpus", type=int, default=GPUS,
+                        help=f"simulated GPUs (default {GPUS}; 2 or more)")
     parser.add_argument("--dir", type=Path, help="work here (default: a new temporary directory)")
     parser.add_argument("--json", type=Path, help="also write the full result here")
     args = parser.parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = sorted(set(kinds) - set(KINDS))
-    if unknown or not kinds or args.faults < 1:
-        parser.error(f"--kinds must name some of {', '.join(KINDS)} (unknown: {unknown}) and "
-                     f"--faults be 1 or more")
+    if unknown or not kinds or args.faults < 1 or args.gpus < 2:
+        parser.error(f"--kinds must name some of {', '.join(KINDS)} (unknown: {unknown}), "
+                     f"--faults be 1 or more and --gpus 2 or more")
     root = (args.dir or Path(tempfile.mkdtemp(prefix="dvfs-chaos-"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
 
@@ -781,7 +785,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chaos: {text}", flush=True)
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # clean up on SIGTERM as on ^C
-    result = run_chaos(root, args.faults, kinds, args.seed, say)
+    result = run_chaos(root, args.faults, kinds, args.seed, say, args.gpus)
     print(summary(result), flush=True)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
