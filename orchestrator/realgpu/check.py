@@ -20,7 +20,7 @@ and the others still run:
 
 It writes five files into ``--out`` (``check.json``, ``check.md``, ``trials.sqlite``, and the
 same rows as a ``data/measured/`` run: ``rows.jsonl``, ``provenance.yaml``) and needs
-neither Ray nor TensorFlow: on a lent GPU whose image has JAX, nvidia-ml-py, pandas, pyarrow and
+neither Ray nor TensorFlow: on a GPU machine whose Python has JAX, nvidia-ml-py, pandas, pyarrow and
 matplotlib, the pure-Python wheels :func:`lease_wheels` prepares (Hydra, OmegaConf, ANTLR's
 runtime) are all it adds. ``device=sim`` runs it all over the simulated GPU (virtual time).
 """
