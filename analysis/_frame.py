@@ -1,6 +1,6 @@
 """Column names and small helpers shared by the analysis functions.
 
-The columns are those of a trial row (see ``shared/DESIGN.md``, "What a trial records"). Units are
+The columns are those of a trial row (see ``docs/design.md``, "What a trial records"). Units are
 in the names: seconds (``_s``), joules (``_j``), watts (``_w``), megahertz (``_mhz``).
 """
 

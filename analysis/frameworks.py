@@ -101,7 +101,7 @@ def framework_table(
     published figure for it where there is one.
 
     Args:
-        df: trial rows (:func:`analysis.load_results`'s frame).
+        df: trial rows (:func:`analysis.load`'s frame).
         published: the figures to put beside ours.
 
     Returns:

@@ -6,7 +6,7 @@ name, by an entry point of the ``dvfs.workloads`` group, or by a ``module:factor
 answers, without importing any framework and without allocating anything, how much work one
 call does (:class:`WorkCounts`) and which compute roof applies (:meth:`KernelSpec.peak`), so a
 simulator or a planner can use it cheaply. The same spec carries the hooks
-:func:`kernels.build.build_kernel` uses to make inputs, the float64 reference and the JAX,
+:func:`kernels.registry.build_kernel` uses to make inputs, the float64 reference and the JAX,
 TensorFlow and PyTorch functions. A built-in kernel module names its hooks by one convention
 (:data:`HOOK_NAMES`) and ends with ``SPEC = KernelSpec(..., **module_hooks(globals()))``.
 

@@ -73,14 +73,6 @@ def bounded(default: Any, lo: float, hi: float, why: str, *, above: bool = False
                              metadata={BOUND: Bound(lo, hi, why, above=above, unit=unit)})
 
 
-def bound_of(schema: Any, name: str) -> Bound | None:
-    """The bound of ``schema``'s field ``name`` (None: it has none)."""
-    for f in dataclasses.fields(schema):
-        if f.name == name:
-            return f.metadata.get(BOUND)
-    return None
-
-
 def bounds(schema: Any) -> dict[str, Bound]:
     """Every bounded field of ``schema``, by name."""
     return {f.name: f.metadata[BOUND] for f in dataclasses.fields(schema) if BOUND in f.metadata}

@@ -46,7 +46,7 @@ commands:
   calibrate SOURCE... --profile BASE --out FILE [--anchors]
                                  fit a simulated GPU profile to a real board's measured rows
                                  (results stores or data/measured folders)
-  check [OVERRIDES...] [--out DIR] [--lease-wheels DIR]
+  check [OVERRIDES...] [--out DIR] [--carry-wheels DIR]
                                  one observe-only check of a GPU in under five minutes: its
                                  readings and every workload as trials (a store dvfs report reads)
   monitor [OVERRIDES...] -- COMMAND [ARG...]

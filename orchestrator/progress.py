@@ -151,10 +151,6 @@ class Progress:
         self.stream.write(text + "\n")
         self.stream.flush()
 
-    def elapsed_s(self) -> float:
-        """Wall-clock seconds since this progress display was made."""
-        return time.monotonic() - self._started
-
     def _clear(self) -> None:
         if self._drawn:
             self.stream.write("\r\x1b[2K")

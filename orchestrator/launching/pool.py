@@ -10,8 +10,9 @@ search to its GPU by UUID) share one pool, and each slot (``orchestrator.launchi
 knows which jobs' selections include its GPU.
 
 **Early start.** On a local instance whose jobs may run on any GPU, the pool is ready when its
-first worker is: the others join as they come up (``join``; ``orchestrator.launching.resume`` finds
-stored trials by every GPU a store recorded, not only those joined so far).
+first worker is: the others join as they come up (``join``; the workers not joined yet are its
+collaborator's, ``pool_join.EarlyStart``; ``orchestrator.launching.resume`` finds stored trials by
+every GPU a store recorded, not only those joined so far).
 
 **Calls.** Every call to a worker goes through the pool's ``calls`` (``launching/calls.py``: in
 flight, the slot in that call's state), its answer comes back through ``take``, a call is given
@@ -30,11 +31,12 @@ import logging
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 from orchestrator import interrupt
-from orchestrator.errors import UserError
+from orchestrator.errors import DeviceLostError, UserError
 from orchestrator.launching.calls import CallsInFlight
 from orchestrator.launching.pool_join import EarlyStart
 from orchestrator.launching.ray_calls import (
@@ -58,7 +60,7 @@ PRESTART_ENV = "RAY_prestart_worker_first_driver"  # "0": no idle workers starte
 CLOSE_WAIT_S = 15.0  # how long a closing pool waits for its workers to put their GPUs back
 
 
-class GpuPool(EarlyStart):
+class GpuPool:
     """The workers of one machine (one ``device`` config) on a local Ray instance or a cluster.
 
     Args:
@@ -81,7 +83,9 @@ class GpuPool(EarlyStart):
         self._actor_cls: Any = None
         self._node_gpus: dict[str | None, int] = {}
         self.expected = 0  # workers started: the slots there will be once all have joined
-        self.reset_joining()
+        self.early_start = EarlyStart(self.spawn, list(self.selections.values()),
+                                      lambda: self.settings.start_timeout_s)
+        self.join_error: str | None = None  # why the last worker to answer could not join
 
     def stop_queued(self, slot: Slot) -> None:
         """Have the slot's worker run no further trial, and stop the one it runs at its next
@@ -101,18 +105,18 @@ class GpuPool(EarlyStart):
 
     def refs(self) -> list[Any]:
         """The object refs of every call in flight, and of every worker still joining."""
-        return [*self.calls.refs, *self._joining]
+        return [*self.calls.refs, *self.early_start.refs()]
 
     def next_deadline(self) -> float:
         """The earliest deadline of a call in flight or a joining worker (inf: none)."""
-        joining = (deadline for _, deadline in self._joining.values())
+        joining = self.early_start.deadlines()
         return min((*(s.deadline for s in self.slots), *joining), default=math.inf)
 
     def retire(self, slot: Slot, reason: str) -> None:
         """Take a GPU out of the sweep for good: forget its call, end its workers."""
         self.calls.forget(slot)
         for actor in slot.retire(reason):  # while workers join, held: none lands on this GPU
-            self.hold(actor) if self.filling else kill(actor)
+            self.early_start.hold(actor) if self.filling else kill(actor)
 
     def start_worker(self, slot: Slot, *, deadline: float, replacing: bool = True) -> None:
         """Start a new worker for the slot's GPU on its node and ask it which GPU it got.
@@ -125,6 +129,87 @@ class GpuPool(EarlyStart):
         """
         slot.new_worker(self.spawn(slot.node_id), restart=replacing)
         self.calls.send(slot, Call.IDENTIFY, deadline=deadline)
+
+    # --- early start ---------------------------------------------------------------------------
+    @property
+    def early(self) -> bool:
+        """Whether trials may start before every worker is up: a local instance (one node, no
+        duplicate GPUs) whose jobs may run on any GPU (placement ``any``, no ``device.gpus``). On
+        two cores, sixteen workers take ten seconds to boot; the first trial need not wait."""
+        return (self.settings.address is None and self.settings.placement == "any"
+                and list(self.selections) == [selection_key(None)])
+
+    @property
+    def filling(self) -> bool:
+        """Whether workers of an early start are still to join (started or not yet)."""
+        return self.early_start.filling
+
+    def joining(self, ref: Any) -> bool:
+        """Whether ``ref`` is the answer of a worker still joining the pool."""
+        return self.early_start.owns(ref)
+
+    def join(self, ref: Any) -> Slot | None:
+        """Take a joining worker's answer: its new slot (IDENTIFIED), or None (it failed, or its
+        GPU is already in the pool: it is held and another one starts; ``join_error`` says
+        why it failed)."""
+        slot = self._admit(ref, self.early_start.take(ref))
+        self.early_start.release_held()
+        return slot
+
+    def expire_joining(self) -> int:
+        """End the joining workers past their deadline; returns how many."""
+        return self.early_start.expire()
+
+    def _join_first(self, total: int, note: Callable[[str], None]) -> None:
+        """Start the workers a few at a time (one per two cores, and one more as each comes up:
+        sixteen booting at once on two cores all come up late, and the first up then loads its
+        framework beside the others' boots); keep the first that answers, and the others as
+        they answer (``join``), each within ``start_timeout_s`` of its start.
+
+        Raises:
+            UserError: no worker answered in time, or every one failed.
+        """
+        import ray
+
+        self.early_start.begin(total, max(1, (os.cpu_count() or 1) // 2))
+        errors = []
+        while not self.slots and self.early_start.refs():
+            ready, _ = ray.wait(self.early_start.refs(), num_returns=1,
+                                timeout=max(self.next_deadline() - time.monotonic(), 0.0))
+            if not ready:
+                break
+            slot = self.join(ready[0])
+            if slot is None and self.join_error:
+                errors.append(self.join_error)
+            for action in slot.info.restored if slot else ():
+                note(f"ray_gpus: {action} (left changed by a killed process)")
+        if not self.slots:
+            raise UserError(
+                f"no worker could start on a GPU: {errors[0] if errors else 'none became free'}"
+            )
+
+    def _admit(self, ref: Any, actor: Any) -> Slot | None:
+        """A slot for the worker that answered ``ref``, or None (it failed, or is held)."""
+        import ray
+
+        self.join_error = None
+        try:
+            info: WorkerInfo = ray.get(ref)
+        except ray.exceptions.RayError as e:
+            if isinstance(getattr(e, "cause", None), DeviceLostError):
+                self.early_start.hold_and_retry(actor)  # it holds a lost GPU: none lands there
+                return None
+            self.join_error = first_line(e)
+            kill(actor)
+            return None
+        if any(s.uuid == info.uuid for s in self.slots):  # Ray gave it a GPU the pool has
+            self.early_start.hold_and_retry(actor)  # (a retired one): the next lands elsewhere
+            return None
+        self._node_gpus[info.node_id] = self._node_gpus.get(info.node_id, 0) + 1
+        slot = Slot(info, actor, selections=set(self.selections))
+        self.slots.append(slot)
+        self.slots.sort(key=lambda s: s.info.identity.index)
+        return slot
 
     # --- Ray -----------------------------------------------------------------------------------
     def _ensure_ray(self) -> None:
@@ -389,7 +474,7 @@ class GpuPool(EarlyStart):
             for s in self.slots:
                 for actor in [s.actor, *s.parked]:
                     kill(actor)
-        self.end_joining()
+        self.early_start.end()
         self.slots.clear()
         self.calls.refs.clear()
 

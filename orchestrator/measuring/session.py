@@ -91,11 +91,6 @@ class GpuSession:
         guard.__enter__()
         return TrialContext(device=device, guard=guard, kernels=KernelCache())
 
-    @property
-    def contexts(self) -> dict[str, TrialContext]:
-        """The open contexts, by GPU UUID."""
-        return dict(self._contexts)
-
     def close(self) -> None:
         """Restore and release every GPU this session holds; close a backend it opened."""
         failed: list[DvfsError] = []

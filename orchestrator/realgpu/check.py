@@ -20,7 +20,7 @@ and the others still run:
 
 It writes five files into ``--out`` (``check.json``, ``check.md``, ``trials.sqlite``, and the
 same rows as a ``data/measured/`` run: ``rows.jsonl``, ``provenance.yaml``) and needs
-neither Ray nor TensorFlow: on a lent GPU whose image has JAX, nvidia-ml-py, pandas, pyarrow and
+neither Ray nor TensorFlow: on a GPU machine whose Python has JAX, nvidia-ml-py, pandas, pyarrow and
 matplotlib, the pure-Python wheels :func:`lease_wheels` prepares (Hydra, OmegaConf, ANTLR's
 runtime) are all it adds. ``device=sim`` runs it all over the simulated GPU (virtual time).
 """
@@ -365,9 +365,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated")
     parser.add_argument("--workloads", default=",".join(KERNELS), help="comma-separated")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S)
-    parser.add_argument("--lease-wheels", type=Path, metavar="DIR",
-                        help="only put the wheels a lent GPU needs into DIR (unpacked into "
-                        "DIR/site), and stop")
+    parser.add_argument("--carry-wheels", "--lease-wheels", dest="lease_wheels", type=Path,
+                        metavar="DIR", help="only put the wheels a machine without this "
+                        "project's dependencies needs into DIR (unpacked into DIR/site), and stop")
     ns = parser.parse_args(argv)
     if ns.lease_wheels:
         for wheel in lease_wheels(ns.lease_wheels):

@@ -1,6 +1,6 @@
 """Fixtures of the analysis tests: a scratch matplotlib config and synthetic sweeps.
 
-The synthetic sweep follows the simulated GPU's model (shared/DESIGN.md): a roofline time with a
+The synthetic sweep follows the simulated GPU's model (docs/simulator.md): a roofline time with a
 clock-scaled compute roof, and power = idle + memory term + dynamic term x f x V(f)², with V flat
 below a knee. ``gemm`` is compute-bound, ``stencil`` memory-bound. JAX gemm fails its check below
 1065 MHz (the study's claim), TensorFlow holds.

@@ -1,6 +1,6 @@
 """Published GPU power measurements beside the simulated GPU's figure for the same setting.
 
-Each :class:`Anchor` is one published result (``shared/CALIBRATION.md`` lists them with their
+Each :class:`Anchor` is one published result (``docs/calibration.md`` lists them with their
 sources), the shipped profile it was fitted to, a kernel comparable to the published one, and the
 range the sim's figure must fall in: the published range, widened by a stated margin where the
 published kernel or board differs from ours. ``scripts/sim_vs_published.py`` prints the table,
