@@ -40,8 +40,9 @@ the framework compiled, at any size preset, with abstract shapes (``jax.ShapeDty
   with ``note`` saying what failed.
 
 Each result is cached per (workload, framework, preset, variant, dtype, precision, xla,
-compile): a process computes it once, outside any measurement window. Units: FLOPs and bytes per
-call.
+compile): a process computes it once, outside any measurement window, and keeps it on disk for
+the next process (:mod:`kernels.work_cache`: every worker of a sweep, a resume). Units: FLOPs and
+bytes per call.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from kernels import frameworks as fw
+from kernels import work_cache
 
 if TYPE_CHECKING:  # annotations only: kernels.spec imports this module for derived counts
     from kernels.spec import KernelSpec
@@ -166,8 +168,12 @@ def compiled_work(
     with _lock:
         work = _cache.get(key)
         if work is None:
-            route = (framework, xla, compile)
-            work = _analyse(spec, route, (preset, variant), dtype, precision)
+            kept = work_cache.key_of(spec, framework, key[2:])
+            work = work_cache.load(kept)
+            if work is None:
+                work = _analyse(spec, (framework, xla, compile), (preset, variant), dtype,
+                                precision)
+                work_cache.store(kept, work)
             _cache[key] = work
     return work
 
