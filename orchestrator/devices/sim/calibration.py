@@ -44,13 +44,16 @@ class StepPoint:
         return self.energy_j / self.time_s
 
 
-def step_at(profile: GpuProfile, phases: Sequence[Phase], clock_mhz: int) -> StepPoint:
-    """A step with every call at one supported SM clock (the max memory clock)."""
+def step_at(profile: GpuProfile, phases: Sequence[Phase], clock_mhz: int,
+            temperature_c: float | None = None) -> StepPoint:
+    """A step with every call at one supported SM clock (the max memory clock), the die at
+    ``temperature_c`` (None: the reference temperature, ``model.LEAKAGE_REF_C``)."""
     time_s = energy_j = 0.0
     for phase in phases:
         r = model.roofline(profile, phase.work, clock_mhz)
         watts = model.power_w(profile, r.compute_util, r.memory_util, clock_mhz,
-                              flop_rate=r.flop_rate, peak=phase.work.peak)
+                              flop_rate=r.flop_rate, peak=phase.work.peak,
+                              temperature_c=temperature_c)
         time_s += phase.calls * r.duration_s
         energy_j += phase.calls * r.duration_s * watts
     return StepPoint(clock_mhz, time_s, energy_j)
@@ -346,6 +349,12 @@ class RealComparison:
         return sim / real
 
 
+def row_temperature_c(row: dict) -> int | None:
+    """The die temperature a measured row recorded, in whole degrees (None: not recorded)."""
+    value = row.get("temperature_c")
+    return None if value is None else round(float(value))
+
+
 def row_work(row: dict, peak: str) -> KernelWork:
     """The work a measured row charged (``charged_*``, ``work_kind``), as the model takes it."""
     return KernelWork(float(row["charged_flops"]), float(row["charged_bytes"]), peak,  # type: ignore[arg-type]
@@ -357,11 +366,14 @@ def row_work(row: dict, peak: str) -> KernelWork:
 def compare_real(profile: GpuProfile, row: dict, peak: str) -> RealComparison:
     """The sim's steady-state point for a measured row's charged work (``charged_flops``,
     ``charged_bytes``, ``charged_launches``) at the row's settings (its power limit, else the
-    board's default; its locked max clock, if any) against what the real board measured."""
+    board's default; its locked max clock, if any) and the die temperature it recorded
+    (``temperature_c``: leakage follows it; None: the reference 60 C) against what the real
+    board measured."""
     work = row_work(row, peak)
     point = model.operating_point(
         profile, work, max_clock_mhz=row.get("sm_clock_max_mhz"),
         power_limit_w=row.get("power_limit_w") or profile.power_limit_default_w,
+        temperature_c=row_temperature_c(row),
     )
     return RealComparison(
         row["workload"],

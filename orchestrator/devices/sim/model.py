@@ -254,12 +254,23 @@ def _highest_fitting(
     profile: GpuProfile, work: KernelWork, top: int, limit_w: float, offset_mhz: int, mem_mhz: int,
     temperature_c: int | None = None,
 ) -> int:
-    """Index of the highest supported clock <= clocks[top] whose power fits (0 if none)."""
+    """Index of the highest supported clock <= clocks[top] whose power fits (0 if none).
+
+    A call's power rises with the clock (every term is non-decreasing in f at fixed work: a
+    memory-bound call's compute share falls as 1/f while its f·V² rises), so the search bisects.
+    """
     clocks = profile.sm_clocks_mhz
-    for i in range(top, -1, -1):
-        if _evaluate(profile, work, clocks[i], offset_mhz, mem_mhz, temperature_c)[0] <= limit_w:
-            return i
-    return 0
+
+    def fits(i: int) -> bool:
+        return _evaluate(profile, work, clocks[i], offset_mhz, mem_mhz, temperature_c)[0] <= limit_w
+
+    if fits(top):
+        return top
+    low, high = 0, top  # clocks[high] does not fit; clocks[low] may not either
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
 
 
 @functools.lru_cache(maxsize=16384)
