@@ -62,6 +62,12 @@ ANCHOR_WEIGHT = 10.0  # an anchor out of range by its own width costs as much as
 INDEPENDENT = 0.05
 """A term's unit Jacobian column must leave the span of those already taken by this much (about
 3 degrees) for the rows to determine it apart from them."""
+KNEE_RANGE = (0.4, 0.9)
+"""Where a fitted V-f knee may lie, as fractions of f_max: published boards put it at 0.55-0.77
+(an A100 at 0.745, Hopper at 0.70; flat V_min below), widened both ways. Rows at a few clocks
+cannot place a knee that falls between two of them; the bound keeps it where real ones are."""
+FLOOR_RANGE = 0.5
+"""The lowest fitted V_min, as a fraction of V_max (published V_max / V_min is about 1.25-1.4)."""
 MAX_EVALUATIONS = 60
 """Residual evaluations per free term a least-squares stage may take (a fit's time is mostly
 these; the anchors' decode steps cost the most)."""
@@ -80,7 +86,7 @@ class Term:
     fallback: tuple[str, ...] | None = None  # where absent: the value of this term instead
     high_from: tuple[str, ...] | None = None  # the upper bound: the base's value of this path
     across_settings: bool = False  # shows only across clocks or limits (``ACROSS_SETTINGS``)
-    within_clocks: bool = False  # a clock: bounded by the base's lowest and highest SM clock
+    within_clocks: bool = False  # a clock: within ``KNEE_RANGE`` of the base's highest clock
 
     @property
     def name(self) -> str:
@@ -154,7 +160,10 @@ def bounds(raw: dict[str, Any], term: Term, profile: GpuProfile) -> tuple[float,
         top = _lookup(raw, term.high_from)
         high = min(high, float(top)) if top is not None else high
     if term.within_clocks:
-        low, high = max(low, profile.f_min_mhz), min(high, profile.f_max_mhz)
+        low = max(low, profile.f_min_mhz, KNEE_RANGE[0] * profile.f_max_mhz)
+        high = min(high, KNEE_RANGE[1] * profile.f_max_mhz)
+    if term.path == ("vf_curve", "v_min"):
+        low = max(low, FLOOR_RANGE * high)
     return low, max(high, low)
 
 
@@ -387,19 +396,31 @@ def _solve(problem: _Problem, terms: Sequence[Term], base: dict[Term, float],
            ranges: dict[Term, tuple[float, float]],
            ) -> tuple[dict[Term, float], set[Term], dict[str, str]]:
     """Least squares over the terms the rows determine; returns every term's value, the set
-    fitted, and why each other term was not. Across settings the fit starts from
-    ``staged_start`` (the shared terms), and which terms the rows determine is judged there,
-    not at the base; each round fits the smooth residuals first, then all of them, every
-    undetermined term at its base value. Twice at most: a term may respond only once others
-    moved (a power cap only once it bites)."""
+    fitted, and why each other term was not. Across settings the fit starts from each of
+    ``staged_start``'s best V-f curves (the shared terms) and keeps the one that ends with the
+    lowest cost; which terms the rows determine is judged there, not at the base."""
     start = {t: min(max(base[t], ranges[t][0]), ranges[t][1]) for t in terms}
-    values = dict(start)
-    staged: set[Term] = set()
-    if any(t.across_settings for t in terms):
-        staged = {t for t in terms if t not in problem.following}
-        values = staged_start(problem, list(staged), values, ranges)
+    if not any(t.across_settings for t in terms):
+        return _rounds(problem, terms, start, start, [], ranges)[:3]
+    staged = [t for t in terms if t not in problem.following]  # TERMS' order: reproducible
+    ends = [_rounds(problem, terms, values, start, staged, ranges)
+            for values in staged_start(problem, staged, dict(start), ranges)]
+    return min(ends, key=lambda end: end[3])[:3]
+
+
+def _rounds(problem: _Problem, terms: Sequence[Term], values: dict[Term, float],
+            start: dict[Term, float], staged: Sequence[Term],
+            ranges: dict[Term, tuple[float, float]],
+            ) -> tuple[dict[Term, float], set[Term], dict[str, str], float]:
+    """The fit from ``values``: each round judges which terms the rows determine there, fits
+    the smooth residuals, then all of them, every undetermined term at its ``start`` value (a
+    term the staged start set and the rows cannot tell from one fitted keeps its value: the
+    pair's sum is what the rows fix). Twice at most: a term may respond only once others moved
+    (a power cap only once it bites). Returns the values, the terms fitted, why each other one
+    was not, and the final cost."""
     determined: set[Term] = set()
     why: dict[str, str] = {}
+    cost = math.inf
     for _ in range(2):
         point = problem.follow(values, determined)
         chosen, why = determine(problem, terms, point, ranges, determined)
@@ -407,14 +428,12 @@ def _solve(problem: _Problem, terms: Sequence[Term], base: dict[Term, float],
             break
         determined |= chosen
         free = [t for t in terms if t in determined]
-        # A term the staged start set keeps its value where the rows cannot tell it from one
-        # fitted (``tied``): the pair's sum is what the rows fix, and the split is the start's.
         point = point | {t: start[t] for t in terms if t not in determined
                          and not (t in staged and _tied(why.get(t.name)))}
         point = _least_squares(problem, free, problem.follow(point, determined), ranges,
                                smooth=True)[0]
-        values = _least_squares(problem, free, point, ranges, smooth=False)[0]
-    return problem.follow(values, determined), determined, why
+        values, cost = _least_squares(problem, free, point, ranges, smooth=False)
+    return problem.follow(values, determined), determined, why, cost
 
 
 CONFOUNDED = "the rows cannot tell it from"
@@ -445,33 +464,41 @@ def _least_squares(problem: _Problem, free: Sequence[Term], point: dict[Term, fl
     return point | dict(zip(free, solution.x, strict=True)), float(solution.cost)
 
 
+STARTS = 3
+"""V-f curves ``staged_start`` offers the fit (the best of the grid with distinct knees)."""
+
+
 def staged_start(problem: _Problem, free: Sequence[Term], point: dict[Term, float],
-                 ranges: dict[Term, tuple[float, float]]) -> dict[Term, float]:
-    """Where a fit across settings starts, near its global optimum rather than the base's.
+                 ranges: dict[Term, tuple[float, float]]) -> list[dict[Term, float]]:
+    """Where a fit across settings starts, near its global optimum rather than the base's: the
+    ``STARTS`` best.
 
     Three stages, each settled by the rows alone: the achieved rates from the time at each
     row's clock (no power term moves it); the power terms, linear in the model at a given V-f
-    curve, by non-negative least squares at every knee and floor of a grid, keeping the best;
-    the controller's margin from the capped rows (their power is its set point).
+    curve, by non-negative least squares at every knee and floor of a grid (a few clocks cannot
+    always place the knee: the best few, each at another knee, go on); the controller's margin
+    from the capped rows (their power is its set point).
     """
     rates = [t for t in free if t.path[0] == "achieved"]
     if rates:
         point = _least_squares(problem, rates, point, ranges, smooth=True, time_only=True)[0]
-    point = _power_grid(problem, free, point, ranges)
+    starts = _power_grid(problem, free, point, ranges)
     hold = next((t for t in free if t.path == ("power_limit_w", "hold_below")), None)
     capped = [r for r in problem.rows if _capped(r)]
     if hold is not None and capped:
         default = problem.profile(point, set(free)).power_limit_default_w
         margins = [1 - float(r["avg_power_w"]) / (r.get("power_limit_w") or default)
                    for r in capped]
-        point[hold] = min(max(sum(margins) / len(margins), ranges[hold][0]), ranges[hold][1])
-    return point
+        margin = min(max(sum(margins) / len(margins), ranges[hold][0]), ranges[hold][1])
+        starts = [s | {hold: margin} for s in starts]
+    return starts
 
 
 def _power_grid(problem: _Problem, free: Sequence[Term], point: dict[Term, float],
-                ranges: dict[Term, tuple[float, float]]) -> dict[Term, float]:
+                ranges: dict[Term, tuple[float, float]]) -> list[dict[Term, float]]:
     """The free power terms by non-negative least squares of the rows' power at their clocks
-    (relative errors), at each knee and floor of a grid where those are free; the best."""
+    (relative errors), at each knee and floor of a grid where those are free: for each knee its
+    best floor, the ``STARTS`` best knees first."""
     import numpy as np
     from scipy.optimize import nnls
 
@@ -482,26 +509,26 @@ def _power_grid(problem: _Problem, free: Sequence[Term], point: dict[Term, float
                                                                         GRID)]
             for t in shape]
     measured = np.array([real_figures(r)["power_w"] for r in problem.rows])
-    best: tuple[float, dict[Term, float]] | None = None
-    for knee in axes[0]:
+    best: dict[float, tuple[float, dict[Term, float]]] = {}  # knee -> its best floor's fit
+    for i, knee in enumerate(axes[0]):
         for floor in axes[1]:
             values = point | knee | floor | {t: 0.0 for t in linear}
             if not linear:
-                return values
+                return [point | knee | floor]
             fixed = _powers(problem, values, free)
             columns = [_powers(problem, values | {t: 1.0}, free) - fixed for t in linear]
             a = np.stack(columns, axis=1) / measured[:, None]
             coefficients, norm = nnls(a, (measured - fixed) / measured)
-            if best is None or norm < best[0]:
-                best = (norm, values | {t: min(float(c), ranges[t][1])
-                                        for t, c in zip(linear, coefficients, strict=True)})
-    return point if best is None else best[1]
+            if i not in best or norm < best[i][0]:
+                best[i] = (norm, values | {t: min(float(c), ranges[t][1])
+                                           for t, c in zip(linear, coefficients, strict=True)})
+    ranked = sorted(best.values(), key=lambda b: b[0])
+    return [values for _, values in ranked[:STARTS]]
 
 
 def _grid_range(term: Term, ranges: dict[Term, tuple[float, float]]) -> tuple[float, float]:
-    """The part of a V-f term's range the grid covers (a floor of at least 0.4 of its cap)."""
-    low, high = ranges[term]
-    return (max(low, 0.4 * high), high) if term.path[-1] == "v_min" else (low, high)
+    """The part of a V-f term's range the grid covers (its whole range)."""
+    return ranges[term]
 
 
 def _powers(problem: _Problem, values: dict[Term, float], free: Sequence[Term]) -> Any:
