@@ -68,7 +68,7 @@ KNEE_RANGE = (0.4, 0.9)
 cannot place a knee that falls between two of them; the bound keeps it where real ones are."""
 FLOOR_RANGE = 0.5
 """The lowest fitted V_min, as a fraction of V_max (published V_max / V_min is about 1.25-1.4)."""
-MAX_EVALUATIONS = 60
+MAX_EVALUATIONS = 25
 """Residual evaluations per free term a least-squares stage may take (a fit's time is mostly
 these; the anchors' decode steps cost the most)."""
 GRID = 12
@@ -115,7 +115,7 @@ ACROSS_SETTINGS: tuple[Term, ...] = (
 (leakage), and where V leaves its floor and how low that floor is against V_max (the V-f curve's
 shape; V_max itself is the scale the terms are given at)."""
 
-TERMS: tuple[Term, ...] = (
+SHARED_TERMS: tuple[Term, ...] = (
     Term(("achieved", "matmul"), 0.05, 1.0, 1.0),
     Term(("achieved", "conv"), 0.05, 1.0, 1.0),
     Term(("achieved", "elementwise"), 0.05, 1.0, 1.0),
@@ -128,9 +128,11 @@ TERMS: tuple[Term, ...] = (
     Term(("power_w", "l2"), 0.0, 1000.0, 0.0),
     Term(("power_w", "hbm"), 0.0, 1000.0, 0.0),
     Term(("power_limit_w", "hold_below"), 0.0, 0.15, 0.0),
-    *_operand_terms(),
-    *ACROSS_SETTINGS,
 )
+"""The terms every operand type shares: the rates by kind of work, the power terms, the margin
+(the shipped H200 profile was fitted on these, to its six float32 rows and four anchors)."""
+
+TERMS: tuple[Term, ...] = (*SHARED_TERMS, *_operand_terms(), *ACROSS_SETTINGS)
 """Every fittable term, in the order the rows may claim them (a shared term before an operand's
 own, the settings-spanning terms last)."""
 
@@ -174,12 +176,18 @@ def spans_settings(rows: Sequence[dict[str, Any]]) -> bool:
 
 
 def with_terms(raw: dict[str, Any], values: dict[Term, float]) -> dict[str, Any]:
-    """A copy of a profile's YAML mapping with each term set."""
-    out = copy.deepcopy(raw)
+    """A copy of a profile's YAML mapping with each term set (the mappings on a term's path are
+    copied, the rest shared: a fit makes thousands of these)."""
+    out = dict(raw)
+    copied: set[tuple[str, ...]] = set()
     for term, value in values.items():
         node = out
-        for key in term.path[:-1]:
-            node = node.setdefault(key, {})
+        for depth, key in enumerate(term.path[:-1]):
+            prefix = term.path[:depth + 1]
+            if prefix not in copied:
+                node[key] = copy.copy(node.get(key) or {})
+                copied.add(prefix)
+            node = node[key]
         node[term.path[-1]] = float(value)
     return out
 
@@ -515,8 +523,10 @@ def _power_grid(problem: _Problem, free: Sequence[Term], point: dict[Term, float
             values = point | knee | floor | {t: 0.0 for t in linear}
             if not linear:
                 return [point | knee | floor]
-            fixed = _powers(problem, values, free)
-            columns = [_powers(problem, values | {t: 1.0}, free) - fixed for t in linear]
+            profile = problem.profile(values, set(free))
+            fixed = _powers(problem, profile)
+            columns = [_powers(problem, _with_power(profile, t.path[-1])) - fixed
+                       for t in linear]
             a = np.stack(columns, axis=1) / measured[:, None]
             coefficients, norm = nnls(a, (measured - fixed) / measured)
             if i not in best or norm < best[i][0]:
@@ -531,13 +541,22 @@ def _grid_range(term: Term, ranges: dict[Term, tuple[float, float]]) -> tuple[fl
     return ranges[term]
 
 
-def _powers(problem: _Problem, values: dict[Term, float], free: Sequence[Term]) -> Any:
+def _powers(problem: _Problem, profile: GpuProfile) -> Any:
     """The model's power for every row at its own clock and die temperature."""
     import numpy as np
 
-    profile = problem.profile(values, set(free))
     return np.array([_at_clock(profile, row, peak).power_w
                      for row, peak in zip(problem.rows, problem.peaks, strict=True)])
+
+
+def _with_power(profile: GpuProfile, name: str) -> GpuProfile:
+    """A profile whose power term ``name`` is 1 W more (the model is linear in each)."""
+    import dataclasses
+
+    value = getattr(profile.power, name)
+    value = profile.power.alu if value is None else value  # an operand's term was following
+    return dataclasses.replace(profile, power=dataclasses.replace(profile.power,
+                                                                  **{name: value + 1.0}))
 
 
 def determine(problem: _Problem, terms: Sequence[Term], point: dict[Term, float],
