@@ -213,8 +213,12 @@ def write_profile(result: FitResult, out: Path, base: str, n_rows: int) -> None:
     if result.undetermined:
         header.append("# Kept from the base (no row determined them): "
                       + ", ".join(result.undetermined))
+    raw = dict(result.raw)  # each fitted term's provenance says so; the base's others stay
+    raw["provenance"] = dict(raw.get("provenance") or {}) | {
+        name: f"fitted: dvfs calibrate, {n_rows} measured row(s), base {base}"
+        for name in result.fitted}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(header) + "\n" + yaml.safe_dump(result.raw, sort_keys=False))
+        out.write_text("\n".join(header) + "\n" + yaml.safe_dump(raw, sort_keys=False))
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or e}") from None

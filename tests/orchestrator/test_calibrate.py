@@ -124,6 +124,8 @@ def test_calibrate_fits_a_measured_run_and_writes_a_profile_the_sim_loads(tmp_pa
     profile = load_profile(str(out))
     assert profile.name == "NVIDIA H200" and profile.achieved.matmul < 1
     assert out.read_text().startswith("# Fitted by `dvfs calibrate` from 6 measured row(s)")
+    assert profile.provenance["achieved.matmul"].startswith("fitted: dvfs calibrate, 6 ")
+    assert profile.provenance["vf_curve.knee_mhz"].startswith("carried")  # the base's, kept
 
 
 def test_no_loo_skips_the_out_of_sample_fits(tmp_path, capsys):

@@ -106,3 +106,33 @@ def test_a_bf16_flop_costs_less_energy_than_a_tf32_flop_and_an_fp8_flop_less_aga
               for op in ("tf32", "bf16")}
         assert at["bf16"] < at["tf32"]
 
+
+
+# --- where each term comes from ---------------------------------------------------------------
+FITTABLE_SECTIONS = ("achieved", "power_w", "vf_curve")
+
+
+@pytest.mark.parametrize("key", sorted(p.stem for p in profile_dir().glob("*.yaml")))
+def test_every_term_of_a_shipped_profile_says_where_it_comes_from(key):
+    raw = yaml.safe_load((profile_dir() / f"{key}.yaml").read_text())
+    terms = {f"{s}.{k}" for s in FITTABLE_SECTIONS for k in raw.get(s) or {}}
+    if key.startswith(("h100", "h200")):
+        terms.add("power_limit_w.hold_below")
+    provenance = load_profile(key).provenance
+    assert sorted(terms - set(provenance)) == []
+    for term, said in provenance.items():
+        kind, _, why = said.partition(":")
+        assert why.strip(), (term, said)  # every entry says why
+        if kind == "carried":  # ... and what it came from
+            assert "from h" in why, (term, said)
+
+
+def test_the_h100_learns_from_the_h200_only_what_its_provenance_says_is_carried():
+    h100, h200 = load_profile("h100_sxm5_80gb"), load_profile("h200_141gb")
+    carried = [t for t, said in h100.provenance.items() if said.startswith("carried")]
+    assert "power_w.alu_bf16" in carried and "power_w.alu" not in carried
+    # The carried bf16 ALU term keeps the H200's ratio to the shared one; the shared terms
+    # are the H100's own (published), not the H200's (measured on another board's memory).
+    assert h100.power.alu_bf16 / h100.power.alu == pytest.approx(
+        h200.power.alu_bf16 / h200.power.alu, rel=0.01)
+    assert h100.power.alu != h200.power.alu
