@@ -607,6 +607,67 @@ def _torch_work(
     return Counted(flops, nbytes, launches, ops.transcendentals, ops.kind)
 
 
+# --- a user's own call (the window API charges it to the simulated GPU) ---------------------
+def jax_call_work(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CompiledWork:
+    """The work of one call of a JAX function at these arguments' shapes, as XLA compiled it
+    (``source="xla_cost_analysis"``, the route of a workload's JAX step): ``fn`` as it is if it
+    is already ``jax.jit``-ed (its static arguments kept), else ``jax.jit(fn)``. Lowering and
+    compiling run nothing; the compile is the call's own (the first call compiles anyway).
+
+    Raises:
+        Exception: whatever JAX raises for a function it cannot lower (the caller falls back).
+    """
+    import jax
+
+    start = time.perf_counter()
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    compiled = jitted.lower(*args, **kwargs).compile()
+    counted = xla_work(compiled.cost_analysis(), compiled.as_text())
+    return CompiledWork(counted.flops, counted.bytes_moved, counted.launches, "xla_cost_analysis",
+                        analysis_s=time.perf_counter() - start,
+                        transcendentals=counted.transcendentals, kind=counted.kind)
+
+
+def torch_call_work(
+    fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, CompiledWork]:
+    """Run one eager PyTorch call for real, counting its ATen ops as they run
+    (``source="torch_dispatch_ops"``, the route of a workload's eager step: :class:`TorchOps`)
+    and its FLOPs (``FlopCounterMode``'s matmuls and convolutions, plus one per transcendental).
+
+    Counting the real call, not one over fake tensors, leaves a training step's parameters and
+    optimizer state as the call left them (a fake run would put fake tensors in an optimizer's
+    lazily made state). Only this call pays the counting.
+
+    Returns:
+        The call's own output, and its work.
+
+    Raises:
+        ValueError: the call launched no kernel (nothing is lost: the call ran).
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    ops = TorchOps()
+
+    class Counting(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            ops.record(func, (args, kwargs), out)
+            return out
+
+    start = time.perf_counter()
+    with FlopCounterMode(display=False) as flop_counter, Counting():
+        out = fn(*args, **kwargs)
+    flops = float(flop_counter.get_total_flops()) + ops.transcendentals
+    work = CompiledWork(flops, ops.nbytes, max(ops.launches, 1), "torch_dispatch_ops",
+                        analysis_s=time.perf_counter() - start,
+                        transcendentals=ops.transcendentals, kind=ops.kind,
+                        note=None if ops.launches else "the call launched no kernel")
+    return out, work
+
+
 # --- the table in docs/simulator.md ---------------------------------------------------------
 def work_table(specs: Iterable[KernelSpec], preset: str = "gpu", dtype: str = "float32") -> str:
     """A Markdown table of each workload's compiled work per framework at ``preset``.

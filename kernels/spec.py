@@ -285,18 +285,36 @@ class KernelSpec:
             ``"fp32"``, ``"tf32"``, ``"bf16"``, ``"fp16"`` or ``"fp64"``.
         """
         self.validate(self.presets[0], dtype, precision)
-        if dtype == "float64":
-            return "fp64"
-        if not self.uses_matmul:
-            return "fp32"
-        if dtype == "bfloat16":
-            return "bf16"
-        if dtype == "float16":
-            return "fp16"
-        if precision == "highest":
-            return "fp32"
-        torch_fp32 = framework == "pytorch" and precision == "default" and not self.convolution
-        return "fp32" if torch_fp32 else "tf32"
+        return compute_roof(dtype, precision, framework, uses_matmul=self.uses_matmul,
+                            convolution=self.convolution)
+
+
+def compute_roof(
+    dtype: str, precision: str = "default", framework: str | None = None, *,
+    uses_matmul: bool, convolution: bool = False,
+) -> Peak:
+    """The compute roof of work in ``dtype`` and ``precision`` (:meth:`KernelSpec.peak`'s rule,
+    for work that is no workload: a user's own step, as the window API charges it).
+
+    Args:
+        dtype: a dtype name.
+        precision: a precision name.
+        framework: the framework that runs it (None: JAX's and TensorFlow's defaults).
+        uses_matmul: the work runs on matrix units (GEMM, convolution).
+        convolution: its matrix work is convolutions.
+    """
+    if dtype == "float64":
+        return "fp64"
+    if not uses_matmul:
+        return "fp32"
+    if dtype == "bfloat16":
+        return "bf16"
+    if dtype == "float16":
+        return "fp16"
+    if precision == "highest":
+        return "fp32"
+    torch_fp32 = framework == "pytorch" and precision == "default" and not convolution
+    return "fp32" if torch_fp32 else "tf32"
 
 
 @dataclasses.dataclass(frozen=True)

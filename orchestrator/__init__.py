@@ -6,9 +6,12 @@ the rest; ``guard`` and ``meter`` sit on devices; ``trial`` runs one measured po
 JAX, TensorFlow or Ray at module level, so ``dvfs --help`` stays fast.
 """
 
-from importlib.metadata import PackageNotFoundError, version
 
-try:
-    __version__ = version("dvfs-orchestrator")  # pyproject.toml's, the one place it is written
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "unknown"
+def __getattr__(name: str) -> str:
+    """``orchestrator.__version__``: pyproject.toml's version, the one place it is written, read
+    from the installed metadata when first asked (``results.provenance.package_version``)."""
+    if name == "__version__":
+        from orchestrator.results.provenance import package_version
+
+        return package_version()
+    raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")

@@ -7,6 +7,8 @@
     dvfs calibrate SOURCE... --profile BASE --out FILE
                                            a sim profile fitted to a real board's rows
     dvfs check [OVERRIDES...] [--out DIR]  everything needed from a real GPU, observe-only, < 5 min
+    dvfs monitor [OVERRIDES...] -- CMD...  a command's time and energy per GPU, stored as a row
+    dvfs --version                         the installed version (and the commit of a checkout)
 
 ``devices`` and ``restore`` take the same Hydra overrides as ``sweep`` (``device=sim
 device.count=4``), so one vocabulary names a machine everywhere. Bad input is one line on stderr
@@ -47,6 +49,10 @@ commands:
   check [OVERRIDES...] [--out DIR] [--lease-wheels DIR]
                                  one observe-only check of a GPU in under five minutes: its
                                  readings and every workload as trials (a store dvfs report reads)
+  monitor [OVERRIDES...] -- COMMAND [ARG...]
+                                 run a command at the current settings (observe-only): its time,
+                                 energy and average power per GPU, stored as one row per GPU
+  --version                      the installed version (and the git commit of a checkout)
 
 examples:
   dvfs sweep -m workload=gemm,stencil framework=jax,tensorflow \\
@@ -54,6 +60,7 @@ examples:
   dvfs devices device=sim device.count=4 --json
   dvfs report multirun/2026-12-02/15-00-00
   dvfs calibrate data/measured/2026-12-04_h200_gpu_check --profile h200_141gb --out h200.yaml
+  dvfs monitor -- python examples/train_mlp.py --framework jax
 
 `dvfs sweep --help` shows the configuration groups and every setting.
 """
@@ -65,9 +72,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE, end="")
         return 0
+    if args[0] in ("-V", "--version"):
+        from orchestrator.results.provenance import git_commit, package_version
+
+        commit = git_commit()
+        print(f"dvfs {package_version()}" + (f" (git {commit[:12]})" if commit else ""))
+        return 0
     command, rest = args[0], args[1:]
     commands = {"sweep": _sweep, "devices": _devices, "restore": _restore, "report": _report,
-                "calibrate": _calibrate, "check": _check}
+                "calibrate": _calibrate, "check": _check, "monitor": _monitor}
     if command not in commands:
         known = ", ".join(commands)
         print(f"dvfs: unknown command {command!r}; commands: {known}", file=sys.stderr)
@@ -96,6 +109,8 @@ def _interrupted(command: str) -> int:
         "sweep": "; the trials in flight were stopped and not stored; every trial stored so "
         "far is kept: run the same command again to resume",
         "restore": "; run it again to finish putting the GPUs back (the journal still lists them)",
+        "monitor": "; the command was stopped and its row kept (nothing was set: nothing to "
+        "restore)",
     }
     print(f"dvfs {command}: {how}{what.get(command, '')}", file=sys.stderr)
     return interrupt.exit_code()
@@ -129,17 +144,9 @@ def _split(rest: list[str], prog: str, description: str) -> tuple[argparse.Names
 def _device_cfg(overrides: list[str]) -> tuple[DeviceConfig, str | None]:
     """The ``device`` config to use, and a note when we fell back to the simulated GPU."""
     from orchestrator.config import compose, validate_static
-    from orchestrator.devices import nvml_available
+    from orchestrator.devices import backend_overrides
 
-    chose_backend = any(
-        o.split("=", 1)[0].lstrip("+~") in ("device", "device.backend") for o in overrides
-    )
-    note = None
-    if not chose_backend:
-        if nvml_available():
-            overrides = ["device=nvml", *overrides]
-        else:
-            note = "note: NVML finds no NVIDIA GPU here; showing the simulated GPU (device=sim)"
+    overrides, note = backend_overrides(overrides)
     cfg = compose(overrides)
     validate_static(cfg)
     return cfg.device, note
@@ -277,6 +284,13 @@ def _check(rest: list[str]) -> int:
     from orchestrator.realgpu.check import main as check_main
 
     return check_main(rest)
+
+
+# --- monitor ----------------------------------------------------------------------------------
+def _monitor(rest: list[str]) -> int:
+    from orchestrator.measuring.monitor import main as monitor_main
+
+    return monitor_main(rest)
 
 
 if __name__ == "__main__":  # pragma: no cover

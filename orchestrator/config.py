@@ -24,8 +24,9 @@ from orchestrator.errors import UserError, hydra_user_error
 if TYPE_CHECKING:
     from hydra.core.config_store import ConfigStore
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-"""The top-level ``conf/`` directory (an editable install keeps it beside the packages)."""
+CONF_DIR = (Path(__file__).parent / "conf").resolve()
+"""The configs: ``orchestrator/conf``, a link to the checkout's top-level ``conf/`` (a source tree
+or an editable install), or the copy a wheel carries as package data (any other install)."""
 
 BACKENDS = ("sim", "nvml", "cpu")
 METERS = ("auto", "counter", "polling")
@@ -96,6 +97,22 @@ class WorkloadConfig:
     dtype: str = "float32"  # input dtype: float32, bfloat16, ...
     sim_size: Optional[str] = "gpu"  # the size the simulated GPU models (None: the size above)
     target: Optional[str] = None  # workload=custom: "package.module:factory" (kernels.Workload)
+    # --- workload=command: the user's own program, run once per trial (docs/programs.md) ---
+    argv: Optional[list[str]] = None  # the program and its arguments; "python" is dvfs's Python
+    cwd: Optional[str] = None  # where it runs; None: where dvfs was started
+    env: dict[str, str] = field(default_factory=dict)  # added to the program's environment
+    label: Optional[str] = None  # the rows' workload name; None: the script's name
+    window: Optional[str] = None  # which of its windows a row sums; None: the outermost ones
+    result_rtol: float = bounded(
+        1e-3, 0, 1e6, "a relative tolerance; 1e6 accepts any result of the right sign")
+    # ... a result further from the default setting's than atol + rtol * |its| is `wrong`
+    result_atol: float = bounded(0.0, 0, 1e300, "an absolute tolerance")
+    timeout_s: float = bounded(
+        300.0, 0, 43_200, "half a day: the trial also runs the program once at the default "
+        "setting, all within measure.timeout_s", above=True, unit=" s")  # the program's limit
+    sim_scale: float = bounded(
+        1.0, 0, 1e9, "the sim charges a call as if its arrays were this many times larger",
+        above=True)  # the sim: a charged call stands for this many times its data
 
 
 @dataclass
@@ -364,6 +381,7 @@ def validate_static(cfg: DvfsConfig) -> None:
     _check_planted(d.planted_thresholds)
     if d.backend == "cpu":
         _check_cpu(d, m)
+    _check_command(cfg.workload, m)
 
 
 def _check_bounds(cfg: DvfsConfig) -> None:
@@ -371,6 +389,7 @@ def _check_bounds(cfg: DvfsConfig) -> None:
     check_fields("", cfg, DvfsConfig)
     check_fields("device.", cfg.device, DeviceConfig)
     check_fields("measure.", cfg.measure, MeasureConfig)
+    check_fields("workload.", cfg.workload, WorkloadConfig)
 
 
 PATH_KEYS = ("store_dir", "device.journal_dir", "device.policy_file", "device.state_dir",
@@ -428,6 +447,25 @@ def _check_sm_clock(value: Any) -> None:
     if lock is not None and lock[0] > lock[1]:
         raise UserError(f"device.sm_clock_mhz=[{lock[0]}, {lock[1]}]: the lower clock comes "
                         "first, [min, max]")
+
+
+COMMAND = "command"
+"""``workload.name`` of a user's own program run as a trial (``orchestrator.measuring.command``)."""
+
+
+def _check_command(w: WorkloadConfig, m: MeasureConfig) -> None:
+    """``workload=command``'s limit leaves the trial room for its reference run; the other
+    workloads take no ``argv`` (a job checks that a program's ``argv`` is there and starts:
+    ``results.jobs``, as a custom workload's target is checked there)."""
+    if w.name != COMMAND:
+        if w.argv:
+            raise UserError(f"workload.argv is for workload=command, not workload={w.name}")
+        return
+    if 2 * w.timeout_s > m.timeout_s:
+        raise UserError(
+            f"workload.timeout_s={w.timeout_s:g} must be at most half of measure.timeout_s="
+            f"{m.timeout_s:g}: a trial runs the program at its setting and once at the default "
+            "setting (its reference result)")
 
 
 def _check_measure_counts(m: MeasureConfig) -> None:

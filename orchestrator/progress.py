@@ -11,6 +11,7 @@ GPUs that are working.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -187,7 +188,16 @@ def summarise(rows: Sequence[Mapping[str, Any]], label: str) -> str:
 
 
 def _sizes(row: Mapping[str, Any]) -> str:
-    """Which size the kernel computed, and on the sim the size its figures model."""
+    """Which size the kernel computed, and on the sim the size its figures model; for a user's
+    program (``workload=command``), its energy per item and the result it reported."""
+    if row.get("program_wall_s") is not None:
+        unit = str(row.get("rate_unit") or "items/s").removesuffix("/s")
+        one = unit[:-1] if unit.endswith("s") and not unit.endswith("ss") else unit
+        per_item = row.get("energy_per_item_j")
+        shown = [] if per_item is None else [f"{per_item * 1e6:.4g} uJ/{one}"]
+        result = row.get("result")
+        shown.append("no result" if result is None else f"result {json.dumps(result)}")
+        return ", ".join(shown)
     if row.get("sim_size") and row["sim_size"] != row.get("size"):
         return f"size {row.get('size')} computed, {row['sim_size']} modelled"
     return f"size {row.get('size')}"

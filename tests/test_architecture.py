@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("orchestrator", "kernels", "analysis", "hydra_plugins")
+PACKAGES = ("orchestrator", "kernels", "analysis", "hydra_plugins", "dvfs")
 
 FLOORS: dict[int, tuple[str, ...]] = {
     1: ("orchestrator", "orchestrator.errors", "orchestrator.config", "orchestrator.bounds",
@@ -40,12 +40,15 @@ FLOORS: dict[int, tuple[str, ...]] = {
         "orchestrator.measuring.inject", "orchestrator.measuring.window",
         "orchestrator.measuring.trial_trace", "orchestrator.measuring.thermal",
         "orchestrator.launching.sweep_lock", "orchestrator.realgpu.calibrate",
-        "orchestrator.realgpu.readings", "orchestrator.testing.chaos"),
+        "orchestrator.realgpu.readings", "orchestrator.testing.chaos",
+        "orchestrator.measuring.program", "orchestrator.measuring.charge", "dvfs"),
     3: ("orchestrator.results.jobs", "orchestrator.results.rows", "analysis",
         "orchestrator.search", "orchestrator.launching.compose"),
     4: ("orchestrator.measuring.trial", "orchestrator.measuring.session",
+        "orchestrator.measuring.command",
         "orchestrator.launching.resume", "orchestrator.launching.settings"),
-    5: ("orchestrator.measuring.worker", "orchestrator.app", "orchestrator.realgpu.check"),
+    5: ("orchestrator.measuring.worker", "orchestrator.app", "orchestrator.realgpu.check",
+        "orchestrator.measuring.monitor"),
     6: ("orchestrator.launching.slot", "orchestrator.launching.pool",
         "orchestrator.launching.supervisor", "orchestrator.launching.launch",
         "orchestrator.launching.batch", "orchestrator.launching.scheduling",

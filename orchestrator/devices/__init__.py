@@ -59,6 +59,7 @@ __all__ = [
     "KernelWork",
     "NvmlBackend",
     "NvmlDevice",
+    "backend_overrides",
     "journal_dir",
     "open_backend",
     "select_devices",
@@ -212,6 +213,20 @@ def nvml_available() -> bool:
             pynvml.nvmlShutdown()
         except Exception:  # noqa: BLE001
             pass
+
+
+def backend_overrides(overrides: list[str]) -> tuple[list[str], str | None]:
+    """A command's overrides with ``device=nvml`` first where none names a backend and NVML
+    finds a GPU here; else as they are, with a note that the simulated GPU is what is shown."""
+    chose_backend = any(
+        o.split("=", 1)[0].lstrip("+~") in ("device", "device.backend") for o in overrides
+    )
+    if chose_backend:
+        return list(overrides), None
+    if nvml_available():
+        return ["device=nvml", *overrides], None
+    return list(overrides), (
+        "note: NVML finds no NVIDIA GPU here; showing the simulated GPU (device=sim)")
 
 
 def select_devices(backend: NvmlBackend | CpuBackend, gpus: list[Any] | None) -> list[Device]:

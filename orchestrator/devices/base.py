@@ -354,5 +354,10 @@ class Device(abc.ABC):
         del work
         return Fault.NONE
 
+    def charge_busy(self, seconds: float) -> None:
+        """The simulated GPU's hook: ``seconds`` of work it was not told the size of (a user's
+        program that declared none) kept it busy. Real hardware did the work itself."""
+        del seconds
+
     def close(self) -> None:
         """Release the handle (the backend shuts NVML down when its last device closes)."""

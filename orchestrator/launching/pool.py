@@ -37,7 +37,13 @@ from orchestrator import interrupt
 from orchestrator.errors import UserError
 from orchestrator.launching.calls import CallsInFlight
 from orchestrator.launching.pool_join import EarlyStart
-from orchestrator.launching.ray_calls import first_line, join_ray, keeping_sigterm_handler, kill
+from orchestrator.launching.ray_calls import (
+    first_line,
+    hidden_from_ray,
+    join_ray,
+    keeping_sigterm_handler,
+    kill,
+)
 from orchestrator.launching.scheduling import refuse_duplicates
 from orchestrator.launching.settings import LaunchSettings
 from orchestrator.launching.slot import Call, Slot, SlotState, selection_key
@@ -144,13 +150,15 @@ class GpuPool(EarlyStart):
         if self.settings.address is None:
             # One logical GPU per simulated GPU, one for the host CPU; real GPUs: Ray counts them.
             declared = {"sim": int(self.device.get("count") or 1), "cpu": 1}
-            ray.init(
-                address="local",
-                num_gpus=declared.get(self.device.get("backend")),
-                include_dashboard=bool(self.settings.dashboard),
-                dashboard_host="127.0.0.1",
-                **quiet,
-            )
+            num_gpus = declared.get(self.device.get("backend"))
+            with hidden_from_ray("CUDA_VISIBLE_DEVICES" if num_gpus is not None else None):
+                ray.init(
+                    address="local",
+                    num_gpus=num_gpus,
+                    include_dashboard=bool(self.settings.dashboard),
+                    dashboard_host="127.0.0.1",
+                    **quiet,
+                )
         else:
             join_ray(self.settings.address, **quiet)
 

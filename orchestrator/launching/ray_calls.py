@@ -4,6 +4,7 @@ a call failed, keep our SIGTERM handler across ``ray.init``. Ray is imported onl
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -48,6 +49,23 @@ def keeping_sigterm_handler() -> Iterator[None]:
     finally:
         if main and handler is not None:
             signal.signal(signal.SIGTERM, handler)
+
+
+@contextlib.contextmanager
+def hidden_from_ray(variable: str | None) -> Iterator[None]:
+    """Start Ray without ``variable`` in the environment its processes inherit.
+
+    A local instance for the simulated GPUs or the host CPU declares its own logical GPUs; a
+    ``CUDA_VISIBLE_DEVICES`` in the user's shell (``""`` on a machine told to hide its GPUs) says
+    nothing about them, and Ray refuses to start 4 GPUs when it lists fewer. Ray sets each worker's
+    own after, for the logical GPU it gives it.
+    """
+    saved = os.environ.pop(variable, None) if variable else None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[variable] = saved
 
 
 def kill(actor: Any) -> None:

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from orchestrator import interrupt
+from orchestrator.config import COMMAND
 from orchestrator.devices.base import Device, KernelWork
 from orchestrator.errors import DeviceError, DeviceLostError, UserError
 from orchestrator.measuring.guard import SettingsGuard
@@ -109,6 +110,10 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
         job: the validated job.
         attempt: which attempt at this trial it is (1 unless a re-run runs it again).
     """
+    if job.config.workload.name == COMMAND:  # a user's program, not a kernel
+        from orchestrator.measuring.command import run_command_trial
+
+        return run_command_trial(ctx, job, attempt)
     device = ctx.device
     base = base_row(job, device.identity, sweep_id=ctx.sweep_id, attempt=attempt)
     rows: list[dict[str, Any]] = []

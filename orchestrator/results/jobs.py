@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import (
+    COMMAND,
     PER_JOB_KEYS,  # the device keys the jobs of one machine may differ in
     DeviceConfig,
     DvfsConfig,
@@ -86,7 +87,7 @@ def config_hash(resolved: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def validate_workload(cfg: DvfsConfig) -> KernelSpec:
+def validate_workload(cfg: DvfsConfig) -> KernelSpec | None:
     """Check workload x framework x size x dtype x precision against the kernel registry.
 
     A user's workload (``workload=custom workload.target=...``, or an entry point's name) is
@@ -94,7 +95,8 @@ def validate_workload(cfg: DvfsConfig) -> KernelSpec:
     something else is a one-line error before any device is touched.
 
     Returns:
-        The workload's ``kernels.Workload``.
+        The workload's ``kernels.Workload``; None for ``workload=command`` (a user's program,
+        checked by ``config.validate_static``: it is no kernel).
 
     Raises:
         UserError: an unknown workload or one that does not load; a framework, size, dtype or
@@ -108,6 +110,8 @@ def validate_workload(cfg: DvfsConfig) -> KernelSpec:
 
     if cfg.framework.name not in FRAMEWORKS:
         raise UserError(f"framework={cfg.framework.name!r} is not one of: {', '.join(FRAMEWORKS)}")
+    if cfg.workload.name == COMMAND:  # a program: the framework is its label, its own to import
+        return None
     missing = missing_framework(cfg.framework.name)
     if missing is not None:
         raise UserError(missing)
@@ -120,6 +124,42 @@ def validate_workload(cfg: DvfsConfig) -> KernelSpec:
     except KernelOptionError as e:
         raise UserError(str(e)) from e
     return spec
+
+
+def command_label(workload: WorkloadConfig) -> str:
+    """The rows' name of a program (``workload=command``): ``workload.label``, else its script's
+    stem (``python examples/train_mlp.py`` -> ``train_mlp``), the module of ``python -m``, or
+    the program's own name."""
+    if workload.label:
+        return str(workload.label)
+    argv = [str(a) for a in workload.argv or ()]
+    for i, arg in enumerate(argv):
+        if arg == "-m" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.endswith(".py"):
+            return Path(arg).stem
+    return Path(argv[0]).name if argv else COMMAND
+
+
+def _command_job(config: DvfsConfig) -> DvfsConfig:
+    """A program's job: where it runs made absolute (where ``dvfs`` was started, by default),
+    so a worker elsewhere runs it there too; a program that cannot start is refused here."""
+    import dataclasses
+    import os
+
+    from orchestrator.measuring.program import check_program
+
+    workload = config.workload
+    argv = workload.argv
+    if isinstance(argv, (str, bytes)) or not argv or not all(
+            isinstance(a, (str, int, float)) for a in argv):
+        raise UserError("workload=command needs workload.argv=[program,arg,...], e.g. "
+                        "workload.argv=[python,train.py,--steps,200]")
+    cwd = str(Path(workload.cwd or os.getcwd()).absolute())
+    check_program(argv, cwd)
+    if workload.cwd == cwd:
+        return config
+    return dataclasses.replace(config, workload=dataclasses.replace(workload, cwd=cwd))
 
 
 def machine_key(device: Mapping[str, Any]) -> str:
@@ -206,6 +246,8 @@ class JobSpec:
         validate_static(config)
         validate_workload(config)
         inject.validate(config.device.inject, config.device.backend)
+        if config.workload.name == COMMAND:
+            config = _command_job(config)
         settings_request(config.device)  # a malformed setting is refused here, not on a GPU
         where = config.store_dir or default_store_dir
         # A relative store is where the command was started (Hydra does not chdir: see
@@ -223,6 +265,8 @@ class JobSpec:
         """The workload's own name: ``workload.name``, or for ``workload=custom`` the name its
         target's workload gives itself (what rows and tolerances go by)."""
         workload = self.config.workload
+        if workload.name == COMMAND:
+            return command_label(workload)
         if not workload.target:
             return workload.name
         from kernels.registry import load_workload

@@ -2,7 +2,10 @@
 
 Stamped on every row (``rows.base_row``), so a figure can be traced to the software that made it.
 The package's own version is read from its installed metadata (``pyproject.toml``'s ``version``),
-never written twice.
+never written twice: a source tree that was never installed reads the same line from its
+``pyproject.toml``. The commit is recorded only where the package runs from a git checkout (a
+wheel installed into a virtual environment that sits inside someone's repository has none, and
+must not take that repository's commit for its own).
 """
 
 from __future__ import annotations
@@ -17,19 +20,35 @@ from pathlib import Path
 DISTRIBUTION = "dvfs-orchestrator"
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]
+"""Where a checkout's root would be: orchestrator/results/ -> the repository (or, installed from a
+wheel, site-packages, which has neither ``.git`` nor ``pyproject.toml``)."""
+
+
 @lru_cache(maxsize=1)
 def package_version() -> str:
-    """This package's version, from its installed metadata ("unknown" if not installed)."""
+    """This package's version: its installed metadata, else (a source tree on ``PYTHONPATH``,
+    never installed) its ``pyproject.toml``; "unknown" if neither says."""
     try:
         return md.version(DISTRIBUTION)
     except md.PackageNotFoundError:
+        pass
+    try:
+        import tomllib
+
+        project = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]
+    except (OSError, ValueError, KeyError):
         return "unknown"
+    return str(project.get("version", "unknown")) if project.get("name") == DISTRIBUTION \
+        else "unknown"
 
 
 @lru_cache(maxsize=1)
 def git_commit() -> str | None:
-    """The commit of the checkout this package runs from, if any."""
-    root = Path(__file__).resolve().parents[2]  # orchestrator/results/ -> the checkout
+    """The commit of the checkout this package runs from; None for an installed wheel."""
+    root = CHECKOUT
+    if not (root / ".git").exists():  # a directory, or a worktree's file
+        return None
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5

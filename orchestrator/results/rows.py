@@ -58,6 +58,7 @@ class Status(StrEnum):
     TIMEOUT = "timeout"
     DEVICE_ERROR = "device_error"
     NOT_MEASURED = "not_measured"
+    INTERRUPTED = "interrupted"  # `dvfs monitor`: the user stopped the command (what ran is kept)
 
 
 SETTING_FAILURES = frozenset(
@@ -77,7 +78,7 @@ def failed_by(status: str | None) -> str | None:
         return "setting"
     if status == Status.DEVICE_ERROR:
         return "device"
-    if status == Status.NOT_MEASURED:
+    if status in (Status.NOT_MEASURED, Status.INTERRUPTED):
         return "circumstances"
     return None
 
@@ -194,6 +195,14 @@ class TrialRow:
     phase_compare_s: float | None = None  # the reference (repeat 0, once per kernel), comparing
     phase_restore_s: float | None = None  # the guard putting the device back
     wall_s: float | None = None
+    # a user's program (workload=command, `dvfs monitor`): orchestrator.measuring.command
+    exit_code: int | None = None  # the program's exit status (negative: killed by that signal)
+    program_wall_s: float | None = None  # the program's run, start to exit, host seconds
+    items: float | None = None  # the units of work the row's windows covered (samples, tokens)
+    result: Any = None  # what the program reported (dvfs.report_result): a number or a map
+    reference_result: Any = None  # ... at the device's default setting, compared with it
+    program_windows: list[dict[str, Any]] = field(default_factory=list)  # its windows, each
+    # {name, time_s, energy_j, items, calls, busy_s}
     # provenance
     config: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)

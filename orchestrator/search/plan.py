@@ -266,7 +266,7 @@ class StabilitySweep:
         machine = machine_key(job.device)
         if machine not in self._gpus:
             self._gpus[machine] = discover_gpus(cfg.device)
-        labels = {"workload": cfg.workload.name, "framework": cfg.framework.name,
+        labels = {"workload": job.workload_name, "framework": cfg.framework.name,
                   "dtype": cfg.workload.dtype, "precision": cfg.framework.precision}
         return [
             Target(

@@ -144,6 +144,7 @@ class ChaosRun:
         self.faults: list[dict[str, Any]] = []
         self.missed: list[dict[str, Any]] = []  # faults that struck nothing, and were struck again
         self.driver_starts = 0
+        self.fruitless_exits = 0  # drivers in a row that exited by themselves, storing nothing
         self.orphans_killed = 0
         self.restores: list[str] = []
         self.not_run: dict[str, str] = {}
@@ -235,6 +236,11 @@ class ChaosRun:
                     self.recover(d, set())
                 else:
                     self.say(f"the driver exited with {rc} by itself: {last_line(d.stderr())}")
+                    stored = len(d.sweep.rows()) > d.rows_at_start
+                    self.fruitless_exits = 0 if stored else self.fruitless_exits + 1
+                    if self.fruitless_exits >= 3:  # it cannot start here: no fault is tested
+                        raise RuntimeError(f"the driver exited with {rc} three times in a row "
+                                           f"without storing a trial: {last_line(d.stderr())}")
                     self.recover(d, set())
                 continue
             if len(d.sweep.ledger()["lost"]) < MIN_LEFT:  # jobs not measured yet

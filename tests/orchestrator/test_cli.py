@@ -69,3 +69,36 @@ def test_devices_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 def test_an_unknown_command_is_exit_2(tmp_path):
     out = run(tmp_path, "sweeep")
     assert out.returncode == 2 and "unknown command 'sweeep'" in out.stderr
+
+
+def test_version_says_pyprojects_version_and_the_checkouts_commit(capsys):
+    import tomllib
+
+    import orchestrator
+    from orchestrator.cli import main
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"dvfs {version} (git {commit[:12]})\n"
+    assert orchestrator.__version__ == version
+
+
+def test_a_source_tree_never_installed_reads_its_version_from_pyproject(monkeypatch):
+    import importlib.metadata as md
+
+    from orchestrator.results import provenance
+
+    def not_installed(name):
+        raise md.PackageNotFoundError(name)
+
+    monkeypatch.setattr(md, "version", not_installed)
+    provenance.package_version.cache_clear()
+    try:
+        import tomllib
+
+        version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+        assert provenance.package_version() == version
+    finally:
+        provenance.package_version.cache_clear()

@@ -135,8 +135,9 @@ def test_a_cpu_multirun_runs_both_frameworks_on_one_ray_worker(tmp_path):
     sweep = tmp_path / "sweep"
     with FakeRapl(tmp_path / "powercap", watts=5.0, range_uj=262_143_328_850):
         out = dvfs(tmp_path, "sweep", "-m", *QUICK, *cpu_args(tmp_path, tmp_path / "powercap"),
-                   "framework=jax,tensorflow", f"hydra.sweep.dir={sweep}", timeout=600)
-    assert out.returncode == 0, out.stderr
+                   "framework=jax,tensorflow", f"hydra.sweep.dir={sweep}", timeout=600,
+                   env={"CUDA_VISIBLE_DEVICES": ""})  # a shell told to hide its GPUs: Ray still
+    assert out.returncode == 0, out.stderr  # starts the logical GPU that stands for the CPU
     assert "ray_gpus: starting 1 worker(s), one per GPU" in out.stderr
     assert "2 trial(s) on 1 GPU(s)" in out.stderr and "(2 ok)" in out.stderr
     with ResultStore(sweep, readonly=True) as store:

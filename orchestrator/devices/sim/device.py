@@ -52,6 +52,11 @@ class SimDevice(NvmlDevice):
         """Account one kernel call on the model (time, energy, clocks); the fault it drew."""
         return self._sim("simDeviceRecordKernelCall", work).fault
 
+    def charge_busy(self, seconds: float) -> None:
+        """Account ``seconds`` of undeclared work as one memory-bound busy call
+        (``simDeviceRecordBusy``): its time is ``seconds`` at any SM clock."""
+        self._sim("simDeviceRecordBusy", float(seconds))
+
     def model_allocation(self, in_use_bytes: int, framework: str) -> int | None:
         """Record what the trial's process would hold on a real board (``sim.memory``): NVML's
         used memory reports it from now on; returns it."""

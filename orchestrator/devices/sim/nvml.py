@@ -198,6 +198,7 @@ from orchestrator.devices.sim.telemetry import (  # noqa: F401 - the pynvml surf
     simDeviceGetEnergyMj,
     simDeviceGetTimeS,
     simDeviceIdle,
+    simDeviceRecordBusy,
     simDeviceRecordKernelCall,
     stability_threshold,
 )

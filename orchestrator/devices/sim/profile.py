@@ -219,18 +219,20 @@ class GpuProfile:
 
 
 def conf_dir() -> Path:
-    """The repository's ``conf/`` directory (``<repo root>/conf``).
+    """The package's configs (``orchestrator.config.CONF_DIR``: the checkout's ``conf/``, or the
+    copy a wheel carries).
 
     Raises:
-        ProfileError: it does not exist (e.g. a non-editable install that did not ship conf/).
+        ProfileError: it does not exist (a copy of the package without its package data).
     """
-    path = Path(__file__).resolve().parents[3] / "conf"
-    if not path.is_dir():
+    from orchestrator.config import CONF_DIR
+
+    if not CONF_DIR.is_dir():
         raise ProfileError(
-            f"the config directory {path} does not exist: the simulated GPU's profiles live in "
-            "conf/device/profile/ at the repository root (install with `pip install -e .`)"
+            f"the config directory {CONF_DIR} does not exist: the simulated GPU's profiles live "
+            "in conf/device/profile/, which the package carries (reinstall dvfs-orchestrator)"
         )
-    return path
+    return CONF_DIR
 
 
 def profile_dir() -> Path:

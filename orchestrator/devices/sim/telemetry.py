@@ -243,6 +243,34 @@ def simDeviceRecordKernelCall(handle: SimHandle, work: KernelWork) -> SimCallRes
     return m.update(i, change)
 
 
+BUSY_CLASS = "busy"
+"""The kernel class of a busy stretch (:func:`simDeviceRecordBusy`): its faults reach nothing."""
+
+
+def busy_work(p: Any, seconds: float, mem_clock_mhz: float | None = None) -> KernelWork:
+    """One memory-bound call that keeps board ``p`` (a ``GpuProfile``) busy for ``seconds`` at
+    a memory clock (None: its highest): the memory roof at its achieved rate, no FLOPs, so its
+    time does not depend on the SM clock while its power follows the clock as a memory-bound
+    kernel's does."""
+    mem = p.mem_max_mhz if mem_clock_mhz is None else mem_clock_mhz
+    bandwidth = p.memory_bandwidth_gbs * 1e9 * (mem / p.mem_max_mhz) * p.achieved.memory
+    moved = max(0.0, seconds - p.launch_overhead_s) * bandwidth
+    return KernelWork(flops=0.0, bytes_moved=moved, peak="fp32", kernel_class=BUSY_CLASS,
+                      launches=1, kind="elementwise")
+
+
+def simDeviceRecordBusy(handle: SimHandle, seconds: float) -> SimCallResult:
+    """Account ``seconds`` of work whose size nobody declared (a user's program that charged
+    none) as one busy call (:func:`busy_work`); its fault is drawn as any call's and reaches
+    nothing (the caller has no output to corrupt)."""
+    if not seconds >= 0:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    m, i = gpu_of(handle)
+    locked = m.read(i)["locked_mem_mhz"]
+    work = busy_work(m.profiles[i], float(seconds), None if locked is None else locked[1])
+    return simDeviceRecordKernelCall(handle, work)
+
+
 def simDeviceIdle(handle: SimHandle, seconds: float) -> None:
     """Let the GPU sit idle for ``seconds`` of virtual time (at idle power and idle clocks)."""
     if not seconds >= 0:
