@@ -5,7 +5,7 @@ The board is planted: a profile unlike any shipped one (its clocks, peaks, rates
 V-f curve and controller margin all its own). The first guess has its identity, clocks, peaks,
 sensors and thermal constants right and its rates, power terms, V-f curve and margin copied from
 the shipped H200. The rows the fit sees are the planted board's at four SM clocks (its default
-and three locks); the twin must predict two clocks between them and a power cap, power and
+and three locks); the twin must predict two clocks between them and a power cap, time, power and
 energy within 5% at every point.
 """
 
@@ -60,7 +60,7 @@ def errors(profile, row) -> dict[str, float]:
     """The twin's steady state for a row's work and settings against what the board measured."""
     sim = fit.row_figures(profile, row, calibrate.peak_of(row))
     real = fit.real_figures(row)
-    return {figure: sim[figure] / real[figure] - 1 for figure in ("power_w", "energy_j")}
+    return {figure: sim[figure] / real[figure] - 1 for figure in ("time_s", "power_w", "energy_j")}
 
 
 def test_a_planted_board_swept_at_four_clocks_predicts_other_clocks_and_a_cap(tmp_path, run):
@@ -136,6 +136,13 @@ def test_every_planted_board_is_predicted_within_5_percent_between_its_clocks(se
     unseen = steady_rows(planted, UNSEEN) + steady_rows(planted, (None,), (300,))
     worst = max(abs(e) for r in unseen for e in errors(twin.profile, r).values())
     assert worst <= TOLERANCE, (seed, worst)
+    # No row reads the idle board: idle stays the guess's (a board never reads 0 W idle), and
+    # context takes what the two add up to.
+    assert twin.raw["power_w"]["idle"] == first_guess(board)["power_w"]["idle"]
+    assert "power_w.idle" in twin.undetermined and "power_w.idle" not in twin.fitted
+    fitted = twin.raw["power_w"]["idle"] + twin.raw["power_w"]["context"]
+    assert fitted == pytest.approx(board["power_w"]["idle"] + board["power_w"]["context"],
+                                   rel=0.05)
 
 
 def test_rows_at_default_settings_leave_the_settings_terms_undetermined_and_say_why():

@@ -352,12 +352,16 @@ def fit(
     problem = _Problem(base_raw, rows, [peak_of(r) for r in rows], anchors, key, candidates)
     base = {t: get_term(base_raw, t) for t in candidates}
     base_profile = parse_profile(key, base_raw, key)
-    values, determined, unresolved = _solve(
-        problem, candidates, base, {t: bounds(base_raw, t, base_profile) for t in candidates})
+    ranges = {t: bounds(base_raw, t, base_profile) for t in candidates}
+    values, determined, unresolved = _solve(problem, candidates, base, ranges)
+
+    def base_start(term: Term) -> float:
+        return min(max(base[term], ranges[term][0]), ranges[term][1])
+
     why |= unresolved
     across = spans_settings(rows)  # a tied term keeps what the staged start gave it
     tied = {t for t in candidates if t not in determined and t not in problem.following
-            and across and _tied(why.get(t.name))}
+            and across and _tied(why.get(t.name)) and values[t] != base_start(t)}
     for t in tied:
         partner = why[t.name].removeprefix(CONFOUNDED).split(" (")[0].strip()
         why[t.name] = (f"set with {partner} by the staged start: the rows fix only what the two "
@@ -510,7 +514,9 @@ def _power_grid(problem: _Problem, free: Sequence[Term], point: dict[Term, float
     import numpy as np
     from scipy.optimize import nnls
 
-    linear = [t for t in free if t.path[0] == "power_w"]
+    # idle is a constant while a kernel runs, as context is: no kernel row tells them apart, and
+    # idle is what the board reads with nothing running (kept from the base, not moved here).
+    linear = [t for t in free if t.path[0] == "power_w" and t.path != ("power_w", "idle")]
     shape = [next((t for t in free if t.path == ("vf_curve", name)), None)
              for name in ("knee_mhz", "v_min")]
     axes = [[{}] if t is None else [{t: float(v)} for v in np.linspace(*_grid_range(t, ranges),
