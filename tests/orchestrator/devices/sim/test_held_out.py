@@ -14,6 +14,7 @@ from orchestrator.devices.sim import calibration as cal
 from orchestrator.devices.sim import model
 from orchestrator.devices.sim.held_out import HELD_OUT
 from orchestrator.devices.sim.profile import OPERANDS, load_profile, parse_profile, profile_dir
+from orchestrator.realgpu import measured
 
 RESULTS = cal.evaluate(HELD_OUT)
 
@@ -120,11 +121,15 @@ def test_every_term_of_a_shipped_profile_says_where_it_comes_from(key):
         terms.add("power_limit_w.hold_below")
     provenance = load_profile(key).provenance
     assert sorted(terms - set(provenance)) == []
+    shipped = {p.stem for p in profile_dir().glob("*.yaml")}
     for term, said in provenance.items():
         kind, _, why = said.partition(":")
         assert why.strip(), (term, said)  # every entry says why
-        if kind == "carried":  # ... and what it came from
-            assert "from h" in why, (term, said)
+        if kind == "carried":  # ... and which other shipped board it came from
+            source = why.split("from ", 1)[-1].split(",")[0].split(" ")[0]
+            assert source in shipped - {key}, (term, said)
+        if kind == "measured":  # only a board with real rows has measured terms
+            assert any(r.provenance["profile"] == key for r in measured.runs()), (term, said)
 
 
 def test_the_h100_learns_from_the_h200_only_what_its_provenance_says_is_carried():
