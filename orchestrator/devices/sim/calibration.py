@@ -1,10 +1,28 @@
 """Published GPU power measurements beside the simulated GPU's figure for the same setting.
 
-Each :class:`Anchor` is one published result (``shared/CALIBRATION.md`` lists them with their
-sources), the shipped profile it was fitted to, a kernel comparable to the published one, and the
-range the sim's figure must fall in: the published range, widened by a stated margin where the
-published kernel or board differs from ours. ``scripts/sim_vs_published.py`` prints the table,
-``docs/simulator.md`` holds it, and a test asserts every row inside its range.
+Each :class:`Anchor` is one published result (its source named in ``source``; the list below
+says where each is published), the shipped profile it was fitted to, a kernel comparable to the
+published one, and the range the sim's figure must fall in: the published range, widened by a
+stated margin where the published kernel or board differs from ours.
+``scripts/sim_vs_published.py`` prints the table, ``docs/simulator.md`` holds it, and a test
+asserts every row inside its range.
+
+Sources:
+
+- ``arXiv 2605.11999``: H200 LLM decode under SM-clock locks (137-300 W of 700 W; up to -32%
+  energy at little throughput loss; the abstract).
+- ``arXiv 2501.08219``: LLM decode on a GPU with a 2842 MHz maximum clock, 2842 -> 180 MHz.
+- ``Zeus NSDI'23``: the Zeus project's V100 power-cap traces (``summary_power_v100.csv``).
+- ``McDonald et al. 2022``: arXiv 2205.09646, language-model training on a V100 at 150 W.
+- ``Tang et al. e-Energy'19``: the best core clock's saving for DNN training on several GPUs.
+- ``Kernel Tuner (RTX A4000)``: KernelTuner's ``test/synthetic_fp32_cache_NVIDIA_RTX_A4000.json``
+  (an FP32 FMA loop swept over SM clocks).
+- ``arXiv 2605.23918``: idle with a CUDA context, +26-50 W over bare idle (H100, A100).
+- ``AccelWattch MICRO'21``: accel-sim's ``SM7_QV100/accelwattch_sass_hybrid.xml`` constants.
+- ``nvidia-smi -q (nvidia-docker 1648)``, ``(DCGM 120)``: ``nvidia-smi -q`` dumps in
+  NVIDIA/nvidia-docker issue 1648 (A100) and NVIDIA/DCGM issue 120 (H800).
+- ``MAMF (Bekman, ml-engineering)``: S. Bekman, *Machine Learning Engineering*, "Maximum
+  Achievable Matmul FLOPS comparison table" (``mamf-finder.py``), the BF16 and FP8 tables.
 
 The figures are the model's steady state (``model.py``): a step of one or more phases (kernel
 calls) at one SM clock. Under a power cap the board runs at the highest clock whose step-average

@@ -141,7 +141,7 @@ def roofline(
 def leakage_w(profile: GpuProfile, voltage: float, temperature_c: float | None = None) -> float:
     """Static power at a core voltage and die temperature (None: the reference temperature).
 
-    Linear in V (the lead form of ``shared/CALIBRATION.md``), doubling every
+    Linear in V (the simplest form the published P(f) curves allow), doubling every
     ``LEAKAGE_DOUBLING_C`` above ``LEAKAGE_REF_C`` (an estimate: subthreshold leakage of a
     FinFET die roughly doubles every 30-50 C).
     """
