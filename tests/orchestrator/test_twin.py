@@ -16,6 +16,7 @@ import random
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from orchestrator.devices.sim import calibration, fit, model
 from orchestrator.devices.sim.profile import load_profile, parse_profile, profile_dir
@@ -37,7 +38,7 @@ PLANTED = {
                 "slowdown_c": 90},
     "sensors": {"power_usage": {"period_s": 0.1, "window_s": 0.025},
                 "power_instant": {"period_s": 0.1, "window_s": 0.025}, "power_average": None,
-                "energy_counter_period_s": 0.1, "power_cap_filter_s": 0.0},
+                "energy_counter_period_s": 0.05, "power_cap_filter_s": 0.0},
 }
 COPIED = ("achieved", "power_w", "vf_curve")  # the wrong first guess takes these from the H200
 WORKLOADS = ("gemm", "stencil", "selu")
@@ -69,12 +70,19 @@ def test_a_planted_board_swept_at_four_clocks_predicts_other_clocks_and_a_cap(tm
     (tmp_path / "guess.yaml").write_text(yaml.safe_dump(first_guess(PLANTED)))
     faults = "device.planted_thresholds={0: {gemm: 300, stencil: 300, selu: 300}}"
 
-    def sweep(*settings: str) -> list[dict]:
-        return [run(f"device.profile={board}", faults, f"workload={w}", s)[0][0]
-                for w in WORKLOADS for s in settings]
+    def sweep(*settings: tuple[str, int | None]) -> list[dict]:
+        rows = []
+        for w in WORKLOADS:  # composed once per workload, each setting edited in
+            cfg = run.compose(f"device.profile={board}", faults, f"workload={w}",
+                              "measure.window_s=0.25")  # 5 updates of its 50 ms counter
+            for key, value in settings:
+                job = copy.deepcopy(cfg)
+                OmegaConf.update(job, key, value)
+                rows.append(run(cfg=job)[0][0])
+        return rows
 
-    seen = sweep(*(f"device.sm_clock_mhz={c}" for c in ("null", *SEEN)))
-    unseen = sweep(*(f"device.sm_clock_mhz={c}" for c in UNSEEN), "device.power_limit_w=300")
+    seen = sweep(*(("device.sm_clock_mhz", c) for c in (None, *SEEN)))
+    unseen = sweep(*(("device.sm_clock_mhz", c) for c in UNSEEN), ("device.power_limit_w", 300))
     assert {r["status"] for r in seen + unseen} == {"ok"}
     assert any("sw_power_cap" in (r["throttle_reasons"] or ()) for r in unseen)
     twin = calibrate.calibrate(seen, str(tmp_path / "guess.yaml"))
