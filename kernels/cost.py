@@ -39,6 +39,16 @@ the framework compiled, at any size preset, with abstract shapes (``jax.ShapeDty
 - **Fallback** (``source="analytic"``): if a source fails, the analytic counts and one launch,
   with ``note`` saying what failed.
 
+**A GPU's kernels, not the CPU's conversions** (:data:`NARROW_DTYPES`): XLA's CPU backend has no
+bfloat16 or float16 dot, so it converts both operands to float32 around each dot and the result
+back (a bf16 GEMM at the ``gpu`` preset: 4 launches and 5x the analytic bytes), where a GPU runs
+one dot in the narrow dtype. When an XLA route (JAX, TensorFlow with XLA) compiles for the CPU in a
+narrow dtype, the call is charged the float32 program's work with its bytes scaled by the narrow
+item size over float32's (2 / 4): the same FLOPs, launches and fusions, at half the width, which is
+the program the GPU's XLA builds from the same step. Every built-in workload computes in one dtype
+throughout, so the scaling is exact for them; a step mixing widths would be charged its float32
+bytes at the narrow ratio. On a GPU backend the program is analysed as it is.
+
 Each result is cached per (workload, framework, preset, variant, dtype, precision, xla,
 compile): a process computes it once, outside any measurement window, and keeps it on disk for
 the next process (:mod:`kernels.work_cache`: every worker of a sweep, a resume). Units: FLOPs and
@@ -96,6 +106,10 @@ NO_LAUNCH_HLO: frozenset[str] = frozenset(
     {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all"}
 )
 """HLO opcodes of an entry computation that run no device kernel."""
+
+NARROW_DTYPES: dict[str, int] = {"bfloat16": 2, "float16": 2}
+"""Dtypes XLA's CPU backend computes by converting to float32 around each dot, and their bytes
+per element: a call in one of them is charged as the GPU runs it (the module docstring)."""
 
 _TF_CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
 _NOTE_CHARS = 300
@@ -197,11 +211,11 @@ def _analyse(
     start = time.perf_counter()
     try:
         if framework == "jax":
-            counted = _jax_work(spec, size, dtype, precision)
+            counted = _narrowed(_jax_work, spec, size, dtype, precision, _jax_on_cpu())
         elif framework == "pytorch":
             counted = _torch_work(spec, size, dtype, counts, compiled)
         elif xla:
-            counted = _tf_xla_work(spec, size, dtype, precision)
+            counted = _narrowed(_tf_xla_work, spec, size, dtype, precision, True)
         else:
             known = counts or spec.counts(preset, dtype, variant)  # derived from JAX or XLA
             counted = _tf_graph_work(spec, size, dtype, precision)._replace(flops=known.flops)
@@ -232,6 +246,21 @@ class Counted(NamedTuple):
 
 
 # --- XLA ------------------------------------------------------------------------------------
+def _narrowed(analyse: Any, spec: KernelSpec, size: Any, dtype: str, precision: str,
+              on_cpu: bool) -> Counted:
+    """``analyse``'s count of the call, as a GPU runs it: in a dtype the CPU backend lacks
+    (:data:`NARROW_DTYPES`), the float32 program's count with its bytes at the narrow width."""
+    if dtype not in NARROW_DTYPES or not on_cpu:
+        return analyse(spec, size, dtype, precision)
+    wide = analyse(spec, size, "float32", "default")
+    return wide._replace(bytes_moved=wide.bytes_moved * NARROW_DTYPES[dtype] / 4)
+
+
+def _jax_on_cpu() -> bool:
+    """Whether JAX compiles for the CPU here (its default backend)."""
+    return fw.import_jax().default_backend() == "cpu"
+
+
 def xla_work(cost: Any, hlo_text: str) -> Counted:
     """FLOPs, bytes, launches, transcendentals and kind from XLA's cost analysis and the
     optimized HLO's text.

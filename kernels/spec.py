@@ -31,7 +31,7 @@ from typing import Any, Literal, NamedTuple
 
 from kernels.cost import compiled_work
 
-Peak = Literal["fp32", "tf32", "bf16", "fp16", "fp64"]
+Peak = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp64"]
 Unit = Literal["TFLOP/s", "GB/s", "samples/s", "tokens/s"]
 UNITS: tuple[str, ...] = ("TFLOP/s", "GB/s", "samples/s", "tokens/s")
 

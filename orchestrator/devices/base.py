@@ -30,7 +30,7 @@ from typing import Literal
 from orchestrator.errors import DeviceNotSupportedError
 
 Backend = Literal["nvml", "sim", "cpu"]
-Peak = Literal["fp64", "fp32", "tf32", "bf16", "fp16"]
+Peak = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8"]
 HealthFault = Literal["lost", "xid", "ecc", "thermal", "query_failed"]
 
 

@@ -1,16 +1,20 @@
 """``dvfs calibrate``: a simulated twin of a real board, fitted to what it measured.
 
-    dvfs calibrate SOURCE... --profile BASE --out board.yaml [--anchors]
+    dvfs calibrate SOURCE... --profile BASE --out board.yaml [--anchors] [--no-loo]
 
 Each SOURCE is a results store (a sweep directory, a multirun directory, a ``trials.sqlite``)
 or a folder of ``data/measured/`` (``provenance.yaml`` and ``rows.jsonl``). Their ``ok`` rows of
 one real board are fitted (``orchestrator.devices.sim.fit``): the achieved rates, the power terms
-and the power controller's margin of BASE (a shipped profile's name or a profile file). The
-command prints each row's measured figure, fitted figure and error, the terms it fitted (base
-value -> fitted), the terms the rows could not determine (kept from BASE), and, with
-``--anchors``, the published figures of BASE beside the fitted profile's; then writes the fitted
-profile, which ``device.profile=/path/board.yaml`` loads. Measure a short sweep once on the real
-board, then plan studies on its twin.
+(per operand type where the rows have several), the power controller's margin of BASE (a shipped
+profile's name or a profile file) and, when the rows span clocks or power limits, the terms only
+such rows show (context, leakage, the V-f curve's knee and floor). The command prints each row's
+measured figure, fitted figure and error (in sample), then each row beside the fit made without
+it (leave one out: out of sample; ``--no-loo`` skips it), the terms it fitted (base value ->
+fitted), the terms the rows did not determine and why (kept from BASE), and, with ``--anchors``,
+the published figures of BASE beside the fitted profile's; then writes the fitted profile, which
+``device.profile=/path/board.yaml`` loads. Measure a short sweep once on the real board, then
+plan studies on its twin. The out-of-sample figures mean something only from a BASE that has not
+already been fitted to these rows.
 
 Bad input (a source with no rows, rows of the simulated GPU, rows of several boards, too few rows
 to fit anything) is one line and exit 2, before anything is fitted.
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import UserError
 
 if TYPE_CHECKING:
-    from orchestrator.devices.sim.fit import FitResult
+    from orchestrator.devices.sim.fit import FitResult, RowFit
 
 MIN_ROWS = 2  # fewer cannot separate a time term from a power term
 FIGURES = (("time_s", "ms/iter", 1e3, 3), ("power_w", "W", 1.0, 0), ("energy_j", "J/iter", 1.0, 3),
@@ -44,10 +48,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, help="where to write the fitted profile (YAML)")
     parser.add_argument("--anchors", action="store_true",
                         help="keep BASE's published anchors in range while fitting")
+    parser.add_argument("--no-loo", action="store_true",
+                        help="skip the leave-one-out fits (one more fit per row)")
     ns = parser.parse_args(argv)
     rows = _real_rows([Path(s) for s in ns.sources])
     result = calibrate(rows, ns.profile, anchors=ns.anchors, key=Path(ns.out).stem)
-    print(report(result))
+    loo = None if ns.no_loo else leave_one_out(rows, ns.profile, anchors=ns.anchors)
+    print(report(result, loo))
     write_profile(result, Path(ns.out), ns.profile, len(rows))
     print(f"wrote {ns.out}: run it with device=sim device.profile={Path(ns.out).resolve()}")
     return 0
@@ -91,13 +98,11 @@ def _fittable(row: dict[str, Any]) -> bool:
     return all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values)
 
 
-def calibrate(rows: list[dict[str, Any]], base: str, *, anchors: bool = False,
-              key: str = "fitted") -> FitResult:
-    """Fit ``base`` (a profile name or file) to ``rows``; returns the ``fit.FitResult``."""
+def _base(base: str, anchors: bool) -> tuple[dict[str, Any], list[Any]]:
+    """A base profile's YAML mapping (a name or a file) and its anchors (if asked)."""
     import yaml
 
-    from kernels.registry import WORKLOADS
-    from orchestrator.devices.sim import calibration, fit
+    from orchestrator.devices.sim import calibration
     from orchestrator.devices.sim.profile import (
         ProfileError,
         is_profile_file,
@@ -106,39 +111,89 @@ def calibrate(rows: list[dict[str, Any]], base: str, *, anchors: bool = False,
     )
 
     try:
-        load_profile(base)
+        profile = load_profile(base)
     except ProfileError as e:
         raise UserError(f"--profile: {e}") from None
     path = Path(base).expanduser() if is_profile_file(base) else profile_dir() / f"{base}.yaml"
-    base_raw = yaml.safe_load(path.read_text())
-    chosen = [a for a in calibration.ANCHORS if a.profile == base] if anchors else []
+    # The published anchors of the board: those of every shipped profile of its name.
+    chosen = [a for a in calibration.ANCHORS
+              if load_profile(a.profile).name == profile.name] if anchors else []
+    return yaml.safe_load(path.read_text()), chosen
 
-    def peak_of(row: dict[str, Any]) -> str:
-        spec = WORKLOADS.get(row["workload"])
-        if spec is None:
-            return "tf32" if row.get("work_kind") in ("matmul", "conv") else "fp32"
-        return spec.peak(row.get("dtype", "float32"), row.get("precision", "default"),
-                         row.get("framework"))
 
+def peak_of(row: dict[str, Any]) -> str:
+    """A row's compute roof: its workload's (dtype, precision, framework), else by its kind."""
+    from kernels.registry import WORKLOADS
+
+    spec = WORKLOADS.get(row["workload"])
+    if spec is None:
+        return "tf32" if row.get("work_kind") in ("matmul", "conv") else "fp32"
+    return spec.peak(row.get("dtype", "float32"), row.get("precision", "default"),
+                     row.get("framework"))
+
+
+def calibrate(rows: list[dict[str, Any]], base: str, *, anchors: bool = False,
+              key: str = "fitted") -> FitResult:
+    """Fit ``base`` (a profile name or file) to ``rows``; returns the ``fit.FitResult``."""
+    from orchestrator.devices.sim import fit
+
+    base_raw, chosen = _base(base, anchors)
     return fit.fit(base_raw, rows, peak_of, key=key, anchors=chosen)
 
 
-def report(result: FitResult) -> str:
-    """The fit as text: each row measured / fitted (error), the terms, the anchors."""
-    head = ["workload", *(f"{label} real / fitted" for _, label, _, _ in FIGURES)]
+def leave_one_out(rows: list[dict[str, Any]], base: str, *,
+                  anchors: bool = False) -> list[RowFit]:
+    """Each row beside the fit of ``base`` to the other rows (``fit.leave_one_out``)."""
+    from orchestrator.devices.sim import fit
+
+    base_raw, chosen = _base(base, anchors)
+    return fit.leave_one_out(base_raw, rows, peak_of, anchors=chosen)
+
+
+def row_table(rows: list[RowFit], fitted: str = "fitted") -> list[str]:
+    """Rows as a Markdown table: each figure measured / fitted (error)."""
+    head = ["workload", *(f"{label} real / {fitted}" for _, label, _, _ in FIGURES)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in result.rows:
+    for row in rows:
         cells = [row.workload]
         for figure, _, scale, digits in FIGURES:
             cells.append(f"{row.real[figure] * scale:.{digits}f} / "
                          f"{row.sim[figure] * scale:.{digits}f} ({row.error(figure):+.1%})")
         lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
+    return lines
+
+
+def outside(rows: list[RowFit]) -> list[str]:
+    """Each row with a figure outside the fit's tolerance: ``workload (figure +x%, ...)``."""
+    from orchestrator.devices.sim.fit import TOLERANCE
+
+    kinds = {"time_s": "time", "power_w": "power", "energy_j": "energy"}
+    out = []
+    for row in rows:
+        bad = [f"{kind} {row.error(figure):+.0%}" for figure, kind in kinds.items()
+               if abs(row.error(figure)) > TOLERANCE[kind]]
+        if bad:
+            out.append(f"{row.workload} ({', '.join(bad)})")
+    return out
+
+
+def report(result: FitResult, loo: list[RowFit] | None = None) -> str:
+    """The fit as text: each row measured / fitted (error) in sample and, given ``loo``, out of
+    sample; the terms fitted, those the rows did not determine and why; the anchors."""
+    lines = ["In sample: each row beside the fit of every row", *row_table(result.rows), ""]
+    if loo is not None:
+        lines += ["Leave one out: each row beside the fit of the other rows",
+                  *row_table(loo, "predicted"), ""]
+        failing = outside(loo)
+        lines.append("out of sample, outside the tolerances (time 15%, power 10%, energy 15%): "
+                     + (", ".join(failing) if failing else "none"))
+        lines.append("")
     lines.append("fitted: " + ", ".join(
         f"{name} {old:g} -> {new:g}" for name, (old, new) in result.fitted.items()))
     if result.undetermined:
-        lines.append("not determined by these rows (kept from the base): "
-                     + ", ".join(result.undetermined))
+        lines.append("not determined by these rows (kept from the base):")
+        lines += [f"  {name}: {result.why.get(name, 'no row responds to it')}"
+                  for name in result.undetermined]
     for a in result.anchors:
         mark = "ok" if a.ok else "OUT OF RANGE"
         lines.append(f"anchor {a.anchor.source}, {a.anchor.kernel}, {a.anchor.figure}: "
@@ -158,8 +213,12 @@ def write_profile(result: FitResult, out: Path, base: str, n_rows: int) -> None:
     if result.undetermined:
         header.append("# Kept from the base (no row determined them): "
                       + ", ".join(result.undetermined))
+    raw = dict(result.raw)  # each fitted term's provenance says so; the base's others stay
+    raw["provenance"] = dict(raw.get("provenance") or {}) | {
+        name: f"fitted: dvfs calibrate, {n_rows} measured row(s), base {base}"
+        for name in result.fitted}
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(header) + "\n" + yaml.safe_dump(result.raw, sort_keys=False))
+        out.write_text("\n".join(header) + "\n" + yaml.safe_dump(raw, sort_keys=False))
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or e}") from None

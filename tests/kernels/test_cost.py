@@ -36,6 +36,42 @@ def test_xla_counts_a_gpu_gemm_at_the_analytic_flops_and_bytes(frameworks, frame
     assert work.launches == 1
 
 
+@pytest.mark.parametrize("framework, xla", [("jax", True), ("tensorflow", True)])
+def test_a_bf16_gemm_is_charged_the_one_dot_a_gpu_runs_not_the_cpus_conversions(
+    frameworks, framework, xla
+):
+    spec = get_spec("gemm")
+    work = compiled_work(spec, framework, "gpu", "bfloat16", xla=xla)
+    analytic = spec.counts("gpu", "bfloat16")  # A and B read, C written, 2 bytes each
+    assert work.source == "xla_cost_analysis" and work.note is None
+    assert work.flops == pytest.approx(analytic.flops, rel=0.01)
+    assert work.bytes_moved == pytest.approx(analytic.bytes_moved, rel=0.01)
+    assert work.launches == 1 and work.kind == "matmul"
+
+
+def test_the_cpus_own_bf16_gemm_converts_around_the_dot(frameworks):
+    # What the rule replaces: XLA's CPU backend has no bf16 dot, so it converts each operand to
+    # float32, multiplies, and converts back: more launches and bytes than one bf16 dot.
+    from kernels.cost import _jax_work
+
+    spec = get_spec("gemm")
+    cpu = _jax_work(spec, spec.size("gpu"), "bfloat16", "default")
+    analytic = spec.counts("gpu", "bfloat16")
+    assert cpu.launches > 1 and cpu.bytes_moved > 2 * analytic.bytes_moved
+
+
+def test_a_bf16_training_step_is_the_float32_steps_kernels_at_half_the_bytes(frameworks):
+    spec = get_spec("mlp_train")
+    wide = compiled_work(spec, "jax", "gpu", "float32")
+    narrow = compiled_work(spec, "jax", "gpu", "bfloat16")
+    analytic = spec.counts("gpu", "bfloat16")
+    assert narrow.flops == pytest.approx(analytic.flops, rel=0.01)  # every FLOP of the step
+    assert narrow.launches == wide.launches and narrow.kind == "matmul"
+    assert narrow.bytes_moved == pytest.approx(wide.bytes_moved / 2, rel=1e-9)
+    # XLA's fusions still write activations between the matmuls: more than the fewest bytes.
+    assert narrow.bytes_moved > analytic.bytes_moved
+
+
 def test_xla_counts_a_convolution_without_its_padding_taps(frameworks):
     spec = get_spec("conv3d")
     work = compiled_work(spec, "jax", "gpu")

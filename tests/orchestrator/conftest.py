@@ -23,18 +23,15 @@ def kernel_cache():
 
 @pytest.fixture
 def run(tmp_path):
-    """run(*overrides, before=None, kernels=None, on_kernel_calls=None) -> (rows, ctx) of one
-    trial on a simulated A100 (one machine per test; ``before(device)`` runs first, e.g. to idle
-    the GPU into another counter phase; ``kernels`` replaces the module's kernel cache;
-    ``on_kernel_calls()`` runs inside the trial, its settings applied, before its first call)."""
+    """run(*overrides, before=None, kernels=None, on_kernel_calls=None, cfg=None) -> (rows, ctx)
+    of one trial on a simulated A100 (one machine per test; ``before(device)`` runs first, e.g.
+    to idle the GPU into another counter phase; ``kernels`` replaces the module's kernel cache;
+    ``on_kernel_calls()`` runs inside the trial, its settings applied, before its first call;
+    ``cfg``: a config from ``run.compose(*overrides)``, edited, instead of composing again)."""
     opened = []
 
-    def _run(*overrides: str, before=None, kernels=None, on_kernel_calls=None):
-        while opened:  # one guard per GPU at a time, as in a worker
-            backend, guard = opened.pop()
-            guard.close()
-            backend.close()
-        cfg = compose(
+    def _compose(*overrides: str):
+        return compose(
             [
                 "workload.size=tiny",
                 "measure=quick",
@@ -42,6 +39,14 @@ def run(tmp_path):
                 *overrides,
             ]
         )
+
+    def _run(*overrides: str, before=None, kernels=None, on_kernel_calls=None, cfg=None):
+        while opened:  # one guard per GPU at a time, as in a worker
+            backend, guard = opened.pop()
+            guard.close()
+            backend.close()
+        if cfg is None:
+            cfg = _compose(*overrides)
         backend = open_backend(cfg.device)
         device = backend.device(0)
         guard = SettingsGuard(device, Journal(journal_dir(cfg.device))).__enter__()
@@ -54,6 +59,7 @@ def run(tmp_path):
         rows = run_trial(ctx, JobSpec.from_config(cfg))
         return rows, ctx
 
+    _run.compose = _compose  # a test that runs one config at many settings composes it once
     yield _run
     for backend, guard in opened:
         guard.close()

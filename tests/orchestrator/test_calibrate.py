@@ -13,7 +13,7 @@ from kernels.registry import WORKLOADS
 from orchestrator.cli import main as dvfs
 from orchestrator.devices.sim import calibration, fit
 from orchestrator.devices.sim.profile import load_profile, parse_profile, profile_dir
-from orchestrator.realgpu import measured
+from orchestrator.realgpu import calibrate, measured
 from orchestrator.results.store import ResultStore
 
 TOLERANCES = {"time_s": 0.15, "power_w": 0.10, "energy_j": 0.15}  # the issue's, real vs sim
@@ -90,15 +90,58 @@ def test_a_term_no_row_responds_to_is_kept_from_the_base_and_said():
 
 
 # --- the command ------------------------------------------------------------------------------
+def test_leave_one_out_predicts_a_row_from_the_others_and_misses_a_kind_no_other_has():
+    base = yaml.safe_load((profile_dir() / "h200_141gb.yaml").read_text())
+    planted = parse_profile("planted", fit.with_terms(
+        base, {t: PLANTED[t.path] for t in fit.TERMS if t.path in PLANTED}), "planted")
+    rows = planted_rows(planted, locks=(None, 1200))
+    loo = fit.leave_one_out(base, rows, peak_of, terms=fit.SHARED_TERMS)
+    # A convolution left out: the other clock's convolution determines the rate it gets.
+    assert all(abs(r.error("energy_j")) <= 0.05 for r in loo if r.workload == "conv3d")
+    assert all(abs(r.error("time_s")) <= 0.05 for r in loo if r.workload == "gemm")
+    # With the only convolution left out, nothing determines its rate: the base's 0.29, not
+    # the board's 0.4, and the row fails out of sample, as the real H200's conv3d does.
+    alone = next(r for r in rows if r["workload"] == "conv3d")
+    others = [r for r in rows if r["workload"] != "conv3d"]
+    without = fit.fit(base, others, peak_of, terms=fit.SHARED_TERMS)
+    assert "achieved.conv" in without.undetermined
+    predicted = fit.row_figures(without.profile, alone, peak_of(alone))
+    assert predicted["time_s"] / fit.real_figures(alone)["time_s"] - 1 > 0.2
+
+
 def test_calibrate_fits_a_measured_run_and_writes_a_profile_the_sim_loads(tmp_path, capsys):
     out = tmp_path / "my_h200.yaml"
     assert dvfs(["calibrate", str(h200_run().path), "--profile", "h200_141gb",
                  "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| selu |" in printed and "fitted: achieved.matmul" in printed
+    # Beside the in-sample table, each row by the fit of the others, and the rows that fail.
+    loo = printed.split("Leave one out: each row beside the fit of the other rows")[1]
+    assert sum(line.startswith("| ") for line in loo.splitlines()) == 1 + 6
+    assert "out of sample, outside the tolerances" in loo
+    # The terms left from the base say why: rows at default settings show no V-f curve.
+    assert "vf_curve.knee_mhz: the rows are all at the board's default settings" in printed
     profile = load_profile(str(out))
     assert profile.name == "NVIDIA H200" and profile.achieved.matmul < 1
     assert out.read_text().startswith("# Fitted by `dvfs calibrate` from 6 measured row(s)")
+    assert profile.provenance["achieved.matmul"].startswith("fitted: dvfs calibrate, 6 ")
+    assert profile.provenance["vf_curve.knee_mhz"].startswith("carried")  # the base's, kept
+
+
+def test_no_loo_skips_the_out_of_sample_fits(tmp_path, capsys):
+    assert dvfs(["calibrate", str(h200_run().path), "--profile", "h200_141gb", "--no-loo",
+                 "--out", str(tmp_path / "x.yaml")]) == 0
+    printed = capsys.readouterr().out
+    assert "In sample" in printed and "Leave one out" not in printed
+
+
+def test_a_base_file_of_a_shipped_board_keeps_that_boards_anchors(tmp_path):
+    base = h200_run().path / "before_fit.yaml"  # the H200 before it met these rows
+    _, anchors = calibrate._base(str(base), anchors=True)
+    assert anchors == [a for a in calibration.ANCHORS if a.profile == "h200_141gb"]
+    mine = tmp_path / "mine.yaml"  # another board's name: no shipped anchors of its own
+    mine.write_text(base.read_text().replace("name: NVIDIA H200", "name: My Board"))
+    assert calibrate._base(str(mine), anchors=True)[1] == []
 
 
 def store_of(tmp_path, name, rows):

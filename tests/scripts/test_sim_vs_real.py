@@ -29,3 +29,27 @@ def test_each_measured_run_has_its_table_with_a_finite_ratio_per_figure(tmp_path
     for row in rows:
         ratios = [float(x) for x in re.findall(r"\(([-+0-9.e]+|nan|inf)\)", row)]
         assert len(ratios) == 4 and all(math.isfinite(r) and r > 0 for r in ratios), row
+    # Each run says what its profile was fitted to and what no fit read.
+    assert sum(ln.startswith("Fitted to these rows and ") for ln in lines) == len(runs)
+    assert sum(ln.startswith("Held out of every fit: ") for ln in lines) == len(runs)
+
+
+def test_loo_scores_each_row_by_the_fit_of_the_others(capsys, monkeypatch):
+    # In process, without the anchors (their decode steps are most of its 20 s): the table and
+    # the verdict are the script's; the H200's only convolution cannot be predicted without it.
+    import importlib.util
+
+    from orchestrator.devices.sim import calibration
+
+    path = REPO / "scripts" / "sim_vs_real.py"
+    spec = importlib.util.spec_from_file_location("sim_vs_real", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(calibration, "ANCHORS", ())
+    script.main(["--loo"])
+    out = capsys.readouterr().out
+    assert "Leave one out: each row predicted by the fit of the other rows" in out
+    loo = out.split("Leave one out")[1].splitlines()
+    assert len([ln for ln in loo if ln.startswith("| ") and "---" not in ln]) == 1 + 6
+    verdict = next(ln for ln in loo if ln.startswith("out of sample"))
+    assert "conv3d (time -5" in verdict

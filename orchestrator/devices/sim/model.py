@@ -29,7 +29,7 @@ roof's busy fraction at the memory clock::
       + context                                           # SMs awake, a context resident
       + clock * f * V^2                                   # clock tree, schedulers, L2/NoC clocks
       + sm * compute_util * f * V^2                       # SM issue, registers, shared memory
-      + alu * flop_rate * f * V^2                         # the arithmetic units
+      + alu[operand] * flop_rate * f * V^2                # the arithmetic units
       + l2 * traffic * V^2 + hbm * traffic                # L2/crossbar (core V), HBM + PHY
 
 ``T`` is the die temperature: a simulated GPU's calls are evaluated at the temperature its
@@ -39,6 +39,13 @@ the estimate, calibration) use the 60 C reference.
 
 (A profile without the ``sm`` term and without ``achieved:`` has ``flop_rate = compute_util``:
 the model before real measurements.)
+
+The operand type matters twice (``work.peak``: FP32 on the CUDA cores; TF32, BF16, FP16, FP8 on
+the tensor cores): each has its own roof (``peak_tflops``), matrix work its own achieved share
+(``achieved.matmul_<operand>``, else ``matmul``), and the arithmetic units their own power at
+that operand's full rate (``power_w.alu_<operand>``, else ``alu``), so an operation's energy at
+f_max and V_max is ``alu[operand] / peak[operand]``: a BF16 tensor-core FLOP costs a fraction of
+a TF32 one, and far less than an FP32 FMA on the CUDA cores.
 
 The clock term does not scale with ALU utilisation, so a memory-bound kernel saves power at a
 lower SM clock at almost no cost in time, as published decode and stencil measurements show.
@@ -119,8 +126,8 @@ def roofline(
     """Roofline time of one call at an (effective) SM clock and a memory clock."""
     mem = profile.mem_max_mhz if mem_clock_mhz is None else mem_clock_mhz
     achieved = profile.achieved
-    peak_flops = (profile.peak_tflops(work.peak) * 1e12 * (sm_clock_mhz / profile.f_max_mhz)
-                  * achieved.of(work.kind))
+    rate = achieved.of(work.kind, work.peak)
+    peak_flops = profile.peak_tflops(work.peak) * 1e12 * (sm_clock_mhz / profile.f_max_mhz) * rate
     bandwidth = profile.memory_bandwidth_gbs * 1e9 * (mem / profile.mem_max_mhz) * achieved.memory
     flops = work.flops + (achieved.transcendental_flops - 1) * work.transcendentals
     t_compute = flops / peak_flops if flops > 0 else 0.0
@@ -128,8 +135,7 @@ def roofline(
     busy = max(t_compute, t_memory) if work.launches <= 1 else t_compute + t_memory
     duration = busy + max(1, work.launches) * profile.launch_overhead_s
     compute_util = t_compute / duration
-    return Roofline(duration, compute_util, t_memory / duration,
-                    compute_util * achieved.of(work.kind))
+    return Roofline(duration, compute_util, t_memory / duration, compute_util * rate)
 
 
 def leakage_w(profile: GpuProfile, voltage: float, temperature_c: float | None = None) -> float:
@@ -155,6 +161,7 @@ def power_w(
     mem_clock_mhz: float | None = None,
     temperature_c: float | None = None,
     flop_rate: float | None = None,
+    peak: str | None = None,
 ) -> float:
     """Board power while a kernel is resident, at a utilisation and an (effective) clock.
 
@@ -169,6 +176,8 @@ def power_w(
             memory roof moves.
         temperature_c: the die temperature, for leakage (None: the reference temperature).
         flop_rate: the fraction of the clock's peak FLOP rate sustained (None: compute_util).
+        peak: the operand type of the arithmetic (``work.peak``), whose ALU term applies
+            (``PowerCoefficients.alu_of``; None: ``alu``).
     """
     c = profile.power
     v_clock = sm_clock_mhz if voltage_clock_mhz is None else voltage_clock_mhz
@@ -183,7 +192,7 @@ def power_w(
         + leakage_w(profile, volts, temperature_c)
         + c.context
         + (c.clock + c.sm * compute_util
-           + c.alu * (compute_util if flop_rate is None else flop_rate)) * f * v2
+           + c.alu_of(peak) * (compute_util if flop_rate is None else flop_rate)) * f * v2
         + c.l2 * traffic * v2
         + c.hbm * traffic
     )
@@ -236,7 +245,7 @@ def _evaluate(
     r = roofline(profile, work, effective, mem_mhz)
     watts = power_w(
         profile, r.compute_util, r.memory_util, effective, base_mhz, mem_clock_mhz=mem_mhz,
-        flop_rate=r.flop_rate, temperature_c=temperature_c,
+        flop_rate=r.flop_rate, temperature_c=temperature_c, peak=work.peak,
     )
     return watts, r, effective
 
@@ -245,12 +254,23 @@ def _highest_fitting(
     profile: GpuProfile, work: KernelWork, top: int, limit_w: float, offset_mhz: int, mem_mhz: int,
     temperature_c: int | None = None,
 ) -> int:
-    """Index of the highest supported clock <= clocks[top] whose power fits (0 if none)."""
+    """Index of the highest supported clock <= clocks[top] whose power fits (0 if none).
+
+    A call's power rises with the clock (every term is non-decreasing in f at fixed work: a
+    memory-bound call's compute share falls as 1/f while its f·V² rises), so the search bisects.
+    """
     clocks = profile.sm_clocks_mhz
-    for i in range(top, -1, -1):
-        if _evaluate(profile, work, clocks[i], offset_mhz, mem_mhz, temperature_c)[0] <= limit_w:
-            return i
-    return 0
+
+    def fits(i: int) -> bool:
+        return _evaluate(profile, work, clocks[i], offset_mhz, mem_mhz, temperature_c)[0] <= limit_w
+
+    if fits(top):
+        return top
+    low, high = 0, top  # clocks[high] does not fit; clocks[low] may not either
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
 
 
 @functools.lru_cache(maxsize=16384)

@@ -25,6 +25,11 @@ from typing import Any
 from orchestrator.devices.base import Peak
 
 ARCHITECTURES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper")
+OPERANDS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+"""Operand types whose matrix work has its own achieved rate (``achieved.matmul_<operand>``)
+and its own energy per operation (``power_w.alu_<operand>``): FP32 on the CUDA cores, TF32,
+BF16, FP16 and FP8 on the tensor cores. A profile that gives neither uses ``matmul`` and
+``alu`` for every operand type."""
 
 
 class ProfileError(ValueError):
@@ -37,6 +42,10 @@ class PowerCoefficients:
 
     Every term but ``idle`` is the term's value at f_max and V_max (and, for the traffic terms,
     at the board's full memory bandwidth, for ``alu`` at full compute utilisation).
+
+    The arithmetic units' power depends on the operand type: ``alu_<operand>`` (``OPERANDS``) is
+    the ALU term at that operand's full peak rate, so its energy per operation at f_max and V_max
+    is ``alu_<operand> / peak_<operand>``; an operand without its own term draws ``alu``.
     """
 
     idle: float  # bare idle: no context, idle clock, v_min (leakage at v_min included)
@@ -47,6 +56,16 @@ class PowerCoefficients:
     l2: float  # L2 and crossbar traffic at full bandwidth (core voltage domain: scales with V²)
     hbm: float  # HBM and its PHY at full bandwidth (memory domain: no core-voltage term)
     sm: float = 0.0  # SM issue and data paths while the compute roof is busy, whatever its rate
+    alu_fp32: float | None = None  # the arithmetic units at the full FP32 (CUDA-core) rate
+    alu_tf32: float | None = None  # ... at the full TF32 tensor-core rate
+    alu_bf16: float | None = None  # ... at the full BF16 tensor-core rate
+    alu_fp16: float | None = None  # ... at the full FP16 tensor-core rate
+    alu_fp8: float | None = None  # ... at the full FP8 tensor-core rate (Hopper)
+
+    def alu_of(self, peak: str | None) -> float:
+        """The ALU term at the full rate of an operand type (``alu`` where it has none)."""
+        own = getattr(self, f"alu_{peak}", None) if peak else None
+        return self.alu if own is None else float(own)
 
 
 @dataclass(frozen=True)
@@ -91,14 +110,24 @@ class Achieved:
     """
 
     matmul: float = 1.0  # matrix products, of the tensor-core (or fp32) peak
+    matmul_fp32: float | None = None  # FP32 matrix products on the CUDA cores (None: matmul)
+    matmul_tf32: float | None = None  # TF32 on the tensor cores (None: matmul)
+    matmul_bf16: float | None = None  # BF16 (None: matmul)
+    matmul_fp16: float | None = None  # FP16 (None: matmul)
+    matmul_fp8: float | None = None  # FP8 (None: matmul)
     conv: float = 1.0  # convolutions as XLA and cuDNN run them, of the same peak
     elementwise: float = 1.0  # other arithmetic, of the ALU peak
     memory: float = 1.0  # of the memory bandwidth, for the bytes a call moves
     transcendental_flops: float = 1.0  # ALU FLOPs one exp, log or tanh costs (XLA counts one)
     launch_overhead_s: float = 5e-6  # fixed time per kernel launched: dispatch, fill and tail
 
-    def of(self, kind: str) -> float:
-        """The fraction of the compute roof a kind of work reaches."""
+    def of(self, kind: str, peak: str | None = None) -> float:
+        """The fraction of the compute roof a kind of work reaches (matrix work: for its operand
+        type ``peak`` where the profile gives one, else ``matmul``)."""
+        if kind == "matmul" and peak:
+            own = getattr(self, f"matmul_{peak}", None)
+            if own is not None:
+                return float(own)
         return float(getattr(self, kind))
 
 
@@ -137,6 +166,9 @@ class GpuProfile:
     sensors: Sensors  # NVML's power and energy readings on this board
     achieved: Achieved = Achieved()  # what real kernels reach of the roofs
     power_cap_hold: float = 0.0  # the power controller holds this fraction under the limit
+    peak_fp8_tflops: float | None = None  # dense FP8 tensor-core rate (Hopper); None: no FP8
+    provenance: dict[str, str] = dataclasses.field(default_factory=dict, compare=False)
+    # term -> where its value comes from (the ``provenance:`` section; see ``PROVENANCE_KINDS``)
 
     @property
     def launch_overhead_s(self) -> float:
@@ -178,8 +210,11 @@ class GpuProfile:
         return (clocks[-1] - clocks[0]) / max(1, len(clocks) - 1)
 
     def peak_tflops(self, peak: Peak) -> float:
-        """The compute roof for a precision; a unit the board lacks falls back to fp32."""
+        """The compute roof for a precision; a unit the board lacks falls back to fp32 (FP8 to
+        FP16 first: a board without FP8 units runs it in FP16)."""
         value = getattr(self, f"peak_{peak}_tflops", None)
+        if value is None and peak == "fp8":
+            return self.peak_tflops("fp16")
         return self.peak_fp32_tflops if value is None else float(value)
 
 
@@ -235,15 +270,17 @@ def _power_coefficients(raw: Any, where: str) -> PowerCoefficients:
     names = [f.name for f in dataclasses.fields(PowerCoefficients)]
     if not isinstance(raw, dict):
         raise ProfileError(f"{where}: expected a mapping of the terms {', '.join(names)}")
-    optional = {"sm"}  # 0 W where absent: a profile fitted before real measurements
+    optional = {"sm"} | {f"alu_{o}" for o in OPERANDS}  # sm: 0 W; alu_<operand>: alu
     missing = [n for n in names if n not in raw and n not in optional]
     unknown = sorted(set(raw) - set(names))
     if missing or unknown:
         said = [f"missing {', '.join(missing)}"] if missing else []
         said += [f"unknown {', '.join(map(str, unknown))}"] if unknown else []
         raise ProfileError(f"{where}: {'; '.join(said)} (the terms: {', '.join(names)})")
-    coefficients = PowerCoefficients(**{n: float(raw[n]) for n in names if n in raw})
-    negative = [n for n in names if not getattr(coefficients, n) >= 0]
+    coefficients = PowerCoefficients(**{n: float(raw[n]) for n in names
+                                         if raw.get(n) is not None})
+    negative = [n for n in names if getattr(coefficients, n) is not None
+                and not getattr(coefficients, n) >= 0]
     if negative:
         raise ProfileError(f"{where}: terms must be 0 W or more: {', '.join(negative)}")
     return coefficients
@@ -287,15 +324,36 @@ def _achieved(raw: Any, where: str) -> Achieved:
     if not isinstance(raw, dict) or set(raw) - set(names):
         unknown = sorted(set(raw) - set(names)) if isinstance(raw, dict) else raw
         raise ProfileError(f"{where}: unknown {unknown!r} (the terms: {', '.join(names)})")
-    achieved = Achieved(**{n: float(v) for n, v in raw.items()})
-    fractions = [n for n in ("matmul", "conv", "elementwise", "memory")
-                 if not 0 < getattr(achieved, n) <= 1]
+    achieved = Achieved(**{n: float(v) for n, v in raw.items() if v is not None})
+    fractions = [n for n in ("matmul", "conv", "elementwise", "memory",
+                             *(f"matmul_{o}" for o in OPERANDS))
+                 if getattr(achieved, n) is not None and not 0 < getattr(achieved, n) <= 1]
     if fractions:
         raise ProfileError(f"{where}: {', '.join(fractions)} must be a fraction in (0, 1]")
     if not (achieved.transcendental_flops >= 1 and achieved.launch_overhead_s >= 0):
         raise ProfileError(f"{where}: transcendental_flops must be 1 or more and "
                            "launch_overhead_s 0 or more")
     return achieved
+
+
+PROVENANCE_KINDS = ("measured", "published", "carried", "fitted", "estimate")
+"""Where a profile term's value comes from, the first word of its ``provenance:`` entry:
+``measured`` (fitted to real rows of this board), ``published`` (a figure published for this
+board), ``carried`` (carried over from another board's fit, saying why it transfers),
+``fitted`` (fitted by ``dvfs calibrate`` to a user's rows), ``estimate`` (no figure)."""
+
+
+def _provenance(raw: Any, where: str) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where}: expected a mapping of term -> where its value comes from")
+    out = {str(k): str(v) for k, v in raw.items()}
+    bad = sorted(k for k, v in out.items() if v.split(":")[0].strip() not in PROVENANCE_KINDS)
+    if bad:
+        raise ProfileError(f"{where}: {', '.join(bad)}: each entry starts with one of "
+                           f"{', '.join(PROVENANCE_KINDS)} and a colon")
+    return out
 
 
 def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> GpuProfile:
@@ -343,6 +401,8 @@ def parse_profile(key: str, raw: dict[str, Any], where: str = "<profile>") -> Gp
             sensors=_sensors(raw["sensors"], f"{where}: sensors"),
             achieved=_achieved(raw.get("achieved"), f"{where}: achieved"),
             power_cap_hold=float(limits.get("hold_below", 0.0)),
+            peak_fp8_tflops=None if peaks.get("fp8") is None else float(peaks["fp8"]),
+            provenance=_provenance(raw.get("provenance"), f"{where}: provenance"),
         )
     except KeyError as e:
         raise ProfileError(f"{where}: missing key {e}") from None

@@ -16,6 +16,7 @@ from support import REPO
 from orchestrator.devices.base import KernelWork
 from orchestrator.devices.sim import calibration as cal
 from orchestrator.devices.sim import model
+from orchestrator.devices.sim.held_out import HELD_OUT
 from orchestrator.devices.sim.profile import available_profiles, load_profile
 
 RESULTS = cal.evaluate()
@@ -84,5 +85,7 @@ def test_the_script_prints_every_anchor_and_exits_zero():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and "---" not in line]
-    assert len(rows) == len(cal.ANCHORS) + 1  # the header
+    assert len(rows) == len(cal.ANCHORS) + len(HELD_OUT) + 2  # two headers
     assert f"{len(cal.ANCHORS)} of {len(cal.ANCHORS)} anchors inside" in out.stdout
+    fitted, held = out.stdout.split("Held out:")
+    assert "MAMF" in fitted and "zzc0721" not in fitted and "zzc0721" in held

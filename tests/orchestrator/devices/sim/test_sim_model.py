@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
+import yaml
 
 from orchestrator.devices.base import ClockEventReason, Fault, KernelWork
 from orchestrator.devices.sim import model
-from orchestrator.devices.sim.profile import available_profiles, load_profile
+from orchestrator.devices.sim.profile import (
+    ProfileError,
+    available_profiles,
+    load_profile,
+    parse_profile,
+    profile_dir,
+)
 
 DATASHEET = {
     # profile: (NVML name, arch, f_min, f_max, n clocks, mem, (min, default, max W), fp32, bf16, BW)
@@ -308,3 +316,46 @@ def test_the_power_controller_holds_its_margin_under_the_limit():
         op = model.operating_point(p, compute_bound(p), power_limit_w=limit)
         above = model.operating_point(p, compute_bound(p), max_clock_mhz=op.base_clock_mhz + 15)
         assert op.power_w <= limit * (1 - p.power_cap_hold) < above.power_w
+
+
+# --- operand types --------------------------------------------------------------------------
+def _raw(key="h200_141gb"):
+    return yaml.safe_load((profile_dir() / f"{key}.yaml").read_text())
+
+
+def test_an_operand_without_its_own_terms_uses_matmul_and_alu():
+    raw = _raw()
+    raw["achieved"].pop("matmul_fp8")
+    raw["power_w"].pop("alu_fp8")
+    p = parse_profile("no-fp8-terms", raw)
+    assert p.achieved.of("matmul", "fp8") == p.achieved.matmul
+    assert p.power.alu_of("fp8") == p.power.alu
+    shipped = load_profile("h200_141gb")
+    assert shipped.achieved.of("matmul", "fp8") == 0.83 != p.achieved.of("matmul", "fp8")
+    assert shipped.achieved.of("conv", "bf16") == shipped.achieved.conv  # per operand: matmul
+
+
+def test_a_board_without_fp8_runs_it_at_its_fp16_roof():
+    p = load_profile("a100_sxm4_40gb")
+    assert p.peak_fp8_tflops is None and p.peak_tflops("fp8") == p.peak_tflops("fp16") == 312
+    assert load_profile("h100_sxm5_80gb").peak_tflops("fp8") == 1979
+
+
+@pytest.mark.parametrize("section, key, value, message", [
+    ("achieved", "matmul_bf16", 1.2, "matmul_bf16 must be a fraction"),
+    ("power_w", "alu_bf16", -5, "terms must be 0 W or more: alu_bf16"),
+    ("achieved", "matmul_fp4", 0.5, "unknown ['matmul_fp4']"),
+    ("power_w", "alu_int8", 5, "unknown alu_int8"),
+])
+def test_an_operand_term_out_of_range_is_refused_naming_it(section, key, value, message):
+    raw = _raw()
+    raw[section][key] = value
+    with pytest.raises(ProfileError, match=re.escape(message)):
+        parse_profile("bad", raw, "bad.yaml")
+
+
+def test_a_provenance_entry_names_its_kind():
+    raw = _raw()
+    raw["provenance"] = {"power_w.idle": "guessed: no figure"}
+    with pytest.raises(ProfileError, match="power_w.idle: each entry starts with one of"):
+        parse_profile("bad", raw, "bad.yaml")
