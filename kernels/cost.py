@@ -183,7 +183,7 @@ def compiled_work(
         work = _cache.get(key)
         if work is None:
             kept = work_cache.key_of(spec, framework, key[2:])
-            work = work_cache.load(kept)
+            work = work_cache.load(kept, CompiledWork)
             if work is None:
                 work = _analyse(spec, (framework, xla, compile), (preset, variant), dtype,
                                 precision)

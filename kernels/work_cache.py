@@ -58,16 +58,15 @@ def key_of(spec: KernelSpec, framework: str, options: tuple[object, ...]) -> str
     return hashlib.sha256(json.dumps(material).encode()).hexdigest()[:32]
 
 
-def load(key: str) -> CompiledWork | None:
-    """The result kept under ``key``, or None (none kept, unreadable, or the cache is off)."""
-    from kernels.cost import CompiledWork
-
+def load(key: str, kind: type[CompiledWork]) -> CompiledWork | None:
+    """The result kept under ``key`` as a ``kind`` (``kernels.cost.CompiledWork``), or None (none
+    kept, unreadable, or the cache is off)."""
     folder = cache_dir()
     if folder is None:
         return None
     try:
         fields = json.loads((folder / f"{key}.json").read_text())
-        return CompiledWork(**fields)
+        return kind(**fields)
     except (OSError, ValueError, TypeError):
         return None
 

@@ -62,12 +62,12 @@ def test_an_unreadable_file_is_analysed_again_and_written_anew(disk, monkeypatch
     first = compiled_work(STENCIL, "jax", "gpu")
     (kept,) = disk.glob("*.json")
     kept.write_text('{"flops": 1')  # torn
-    assert work_cache.load(kept.stem) is None
+    assert work_cache.load(kept.stem, cost.CompiledWork) is None
     monkeypatch.setattr(cost, "_cache", {})
     again = compiled_work(STENCIL, "jax", "gpu")
     assert (again.source, again.flops, again.bytes_moved) == (first.source, first.flops,
                                                               first.bytes_moved)
-    assert work_cache.load(kept.stem) == again
+    assert work_cache.load(kept.stem, cost.CompiledWork) == again
 
 
 def test_the_key_changes_with_the_source_of_the_workloads_functions(tmp_path, monkeypatch):
