@@ -28,7 +28,8 @@ CONF_DIR = (Path(__file__).parent / "conf").resolve()
 """The configs: ``orchestrator/conf``, a link to the checkout's top-level ``conf/`` (a source tree
 or an editable install), or the copy a wheel carries as package data (any other install)."""
 
-BACKENDS = ("sim", "nvml", "cpu")
+BACKENDS = ("sim", "nvml", "cpu", "tpu")
+AUTO_SIZE = "auto"  # workload.size: the largest preset that fits (orchestrator.measuring.memory)
 METERS = ("auto", "counter", "polling")
 # where calls are checked: orchestrator.measuring.window.DigestMode
 DIGESTS = ("after", "inline", "host")
@@ -50,8 +51,8 @@ MAX_ITERS = 1_000_000_000  # calls of one window: a 1 us kernel would take over 
 class DeviceConfig:
     """Which GPUs, how to reach them, and the settings a trial asks for."""
 
-    backend: str = "sim"  # "sim" (simulated NVML), "nvml" (real GPUs) or "cpu" (the host CPU)
-    default_size: str = "cpu"  # workload.size where unset: tiny (sim), cpu (cpu), gpu (nvml)
+    backend: str = "sim"  # "sim" (simulated NVML), "nvml" (real GPUs), "cpu" (the host), "tpu"
+    default_size: str = "cpu"  # workload.size where unset: tiny (sim), cpu (cpu), auto (nvml, tpu)
     gpus: Optional[list[Any]] = None  # NVML indices or UUIDs to use; None: every GPU
     observe_only: bool = False  # change nothing; refuse any sweep that asks for a setting
     # --- settings a trial asks for (None: leave at the device's default); each checked against
@@ -150,8 +151,12 @@ class MeasureConfig:
         "holds; more is a slip, such as ${now:%Y}, the year")  # independent windows per setting
     reference_samples: int = bounded(4, 0, MAX_REFERENCE_SAMPLES, "calls 1, 2, 4, ... 2**63 "
         "are compared with the reference")  # calls compared with the float64 reference (+ last)
-    held_outputs_gib: float = bounded(8.0, 0, 1024, "no GPU holds a TiB", above=True, unit=" GiB"
-        )  # device memory a trial's sampled outputs may hold: fewer samples past it (row says)
+    held_outputs_share: float = bounded(
+        0.25, 0, 1, "a share of the device's free memory", above=True
+    )  # of the free device memory a trial's sampled outputs may hold: fewer past it (row says)
+    held_outputs_gib: Optional[float] = bounded(
+        None, 0, 1024, "no GPU holds a TiB", above=True, unit=" GiB"
+    )  # ... and at most this many GiB (None: the share alone)
     # where calls are fingerprinted: "after" (a check run right after a bare timed window),
     # "inline" (the timed calls themselves, on the device), "host" (copy + hash per call: debug)
     digest: str = "after"

@@ -170,6 +170,14 @@ class Telemetry:
 
 
 @dataclass(frozen=True)
+class MemoryInfo:
+    """A device's memory, in bytes."""
+
+    total_bytes: int  # what the device has
+    free_bytes: int  # what a new allocation may take now
+
+
+@dataclass(frozen=True)
 class Health:
     """Whether a GPU may take another trial, and if not, why (see ``Device.health``)."""
 
@@ -260,6 +268,19 @@ class Device(abc.ABC):
         """Device memory in use by every process (NVML's ``used``), in bytes; None where the
         device does not say (the CPU)."""
         return None
+
+    def memory_info(self) -> MemoryInfo | None:
+        """The device's memory: total and free bytes (NVML's ``nvmlDeviceGetMemoryInfo``, the
+        sim's from its profile; the host's ``/proc/meminfo`` for the CPU; JAX's
+        ``memory_stats()`` on a TPU); None where the device does not say."""
+        return None
+
+    def float32_matmul_default(self, framework: str) -> str:
+        """The arithmetic a float32 matrix product runs in at ``precision=default`` here:
+        ``"float32"``, ``"tf32"`` (JAX and TensorFlow on an Ampere or later GPU) or
+        ``"bfloat16"`` (one bfloat16 pass: a TPU). The checks' tolerance follows it."""
+        del framework
+        return "float32"
 
     def model_allocation(self, in_use_bytes: int, framework: str) -> int | None:
         """The simulated GPU's hook: what a process running a workload whose in-use peak is
