@@ -384,8 +384,8 @@ def validate_static(cfg: DvfsConfig) -> None:
     _check_sm_clock(d.sm_clock_mhz)
     _check_gpus(d.gpus)
     _check_planted(d.planted_thresholds)
-    if d.backend == "cpu":
-        _check_cpu(d, m)
+    if d.backend in ("cpu", "tpu"):
+        _check_observed(d, m, cfg.framework.name)
     _check_command(cfg.workload, m)
 
 
@@ -515,20 +515,28 @@ def to_device_config(device: DeviceConfig | Mapping[str, Any]) -> DeviceConfig:
     return DeviceConfig(**device)
 
 
-def _check_cpu(d: DeviceConfig, m: MeasureConfig) -> None:
-    """``device=cpu`` sets nothing, and has no power sensor to poll."""
+def _check_observed(d: DeviceConfig, m: MeasureConfig, framework: str) -> None:
+    """``device=cpu`` and ``device=tpu`` set nothing and have no power sensor to poll; a TPU
+    runs JAX only."""
+    what = {"cpu": "the host CPU", "tpu": "the TPU chip"}[d.backend]
     asked = [
         f"device.{k}={_show(getattr(d, k))}" for k in SETTINGS_KEYS if getattr(d, k) is not None
     ]
     if asked:
         raise UserError(
-            f"device=cpu has no settings to change: {', '.join(asked)} (the host CPU is measured "
-            f"as it runs; drop the setting or use device=nvml or device=sim)"
+            f"device={d.backend} has no settings to change: {', '.join(asked)} ({what} is "
+            f"measured as it runs; drop the setting or use device=nvml or device=sim)"
         )
     if m.meter == "polling":
+        source = "the RAPL counter" if d.backend == "cpu" else "nowhere: a TPU reports no watts"
         raise UserError(
-            "measure.meter=polling needs a power sensor, and device=cpu has none (its energy "
-            "comes from the RAPL counter): use measure.meter=auto"
+            f"measure.meter=polling needs a power sensor, and device={d.backend} has none (its "
+            f"energy comes from {source}): use measure.meter=auto"
+        )
+    if d.backend == "tpu" and framework != "jax":
+        raise UserError(
+            f"device=tpu runs JAX only: framework={framework} needs its own TPU build, which "
+            "this project does not drive; use framework=jax"
         )
 
 

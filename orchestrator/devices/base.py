@@ -29,7 +29,7 @@ from typing import Literal
 
 from orchestrator.errors import DeviceNotSupportedError
 
-Backend = Literal["nvml", "sim", "cpu"]
+Backend = Literal["nvml", "sim", "cpu", "tpu"]
 Peak = Literal["fp64", "fp32", "tf32", "bf16", "fp16"]
 HealthFault = Literal["lost", "xid", "ecc", "thermal", "query_failed"]
 
@@ -274,6 +274,11 @@ class Device(abc.ABC):
         sim's from its profile; the host's ``/proc/meminfo`` for the CPU; JAX's
         ``memory_stats()`` on a TPU); None where the device does not say."""
         return None
+
+    def window_readings(self) -> dict[str, float]:
+        """Readings the device offers after a window beside the NVML-like telemetry (a TPU's
+        libtpu runtime metrics), as row columns; none by default."""
+        return {}
 
     def float32_matmul_default(self, framework: str) -> str:
         """The arithmetic a float32 matrix product runs in at ``precision=default`` here:

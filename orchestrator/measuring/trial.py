@@ -324,6 +324,7 @@ def _measure(
         if window.measurement.method == "none":
             row["energy_note"] = device.capabilities().energy_note or "no energy sensor"
         row["temperature_c"] = device.temperature_c()
+        row.update(device.window_readings())  # a TPU's runtime metrics, where libtpu has them
         _fill_memory(row, kernel, memory, (used_before, device.memory_used_bytes()))
         row.update(bytes_to_host=kernel.bytes_to_host - bytes_before, ended_at=time.time())
         held.append(Held(row, window.checks, kernel, spec.name))

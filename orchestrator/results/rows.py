@@ -194,6 +194,8 @@ class TrialRow:
     footprint_note: str | None = None  # its parts: inputs, output, temporaries, reference, held
     device_free_bytes: int | None = None  # free device memory before the trial (None: unknown)
     host_peak_bytes: int | None = None  # the process's peak resident memory during the trial
+    tpu_duty_cycle_pct: float | None = None  # a TPU: libtpu's duty cycle after the window
+    tpu_tensorcore_util_pct: float | None = None  # ... and its tensor-core utilisation
     steady_note: str | None = None  # measure.steady_start did not get there in its time
     bytes_to_host: int | None = None  # outputs and check results copied to the host
     # where the trial's wall time went, in seconds (``PHASES``): the trial's own phases (build,
