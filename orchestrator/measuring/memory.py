@@ -197,6 +197,13 @@ def plan_trial(device: Device, spec: KernelSpec, cfg: DvfsConfig, preset: str | 
     candidates = list(reversed(spec.presets)) if size == AUTO_SIZE else [size]
     refusal = None
     for preset in candidates:
+        host_need = host_bytes(spec, cfg, preset)  # no compile: a size the host cannot hold
+        if host is not None and host_need > (1 - MARGIN) * host.free_bytes:  # is skipped
+            refusal = refusal or OutOfMemory(
+                f"{preset}: needs {gib(host_need)} GiB of host memory (the inputs and the "
+                f"float64 reference), {gib(host.free_bytes)} GiB available (a {MARGIN:.0%} "
+                "margin kept)")
+            continue
         fp = footprint(spec, cfg, preset, preset, free)
         try:
             _check(fp, device, info, host)
