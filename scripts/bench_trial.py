@@ -216,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
                     results.append({"workload": workload, "framework": framework,
                                     "error": f"{type(e).__name__}: {e}"})
                 r = results[-1]
+                if args.rows:  # as each pair finishes: a run cut short keeps what it measured
+                    with args.rows.open("a") as f:
+                        f.writelines(json.dumps(row, default=str) + "\n"
+                                     for row in r.pop("rows", []))
                 shown = r.get("error") or (
                     f"{r['preset']}: wall {r['wall_s']:.2f} s of {r['wall_target_s']:.2f}; "
                     f"{r['status']}; device in use {_gib(r['device_in_use_after_bytes'])} GiB, "
@@ -224,9 +228,6 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(results))
     print()
     print(memory_markdown(results))
-    rows = [row for r in results for row in r.pop("rows", [])]
-    if args.rows:
-        args.rows.write_text("".join(json.dumps(row, default=str) + "\n" for row in rows))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
     return 0 if all(r.get("meets_targets") for r in results) else 1
