@@ -14,7 +14,7 @@ device=${2:-tpu}
 size=${3:-auto}
 out=${OUT:-$PWD/tpu_out}
 mkdir -p "$out"
-extra="$out/../pydeps"
+extra="${TMPDIR:-/tmp}/dvfs_pydeps"
 mkdir -p "$extra"
 if [ -d /opt/pypi/simple ] && ! python -c "import pandas, pyarrow" 2>/dev/null; then
   python -m pip install -q --disable-pip-version-check --index-url file:///opt/pypi/simple \
