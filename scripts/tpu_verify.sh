@@ -16,9 +16,15 @@ out=${OUT:-$PWD/tpu_out}
 mkdir -p "$out"
 extra="${TMPDIR:-/tmp}/dvfs_pydeps"
 mkdir -p "$extra"
-if [ -d /opt/pypi/simple ] && ! python -c "import pandas, pyarrow" 2>/dev/null; then
+missing=""
+for pkg in filelock:filelock flax:flax optax:optax pandas:pandas pyarrow:pyarrow yaml:pyyaml \
+    scipy:scipy; do
+  python -c "import ${pkg%%:*}" 2>/dev/null || missing="$missing ${pkg##*:}"
+done
+if [ -n "$missing" ] && [ -d /opt/pypi/simple ]; then
+  echo "installing:$missing"
   python -m pip install -q --disable-pip-version-check --index-url file:///opt/pypi/simple \
-    --target "$extra" pandas pyarrow >"$out/pip.log" 2>&1 || echo "pip: see $out/pip.log"
+    --target "$extra" $missing >"$out/pip.log" 2>&1 || { echo "pip failed:"; tail -5 "$out/pip.log"; }
 fi
 export PYTHONPATH="$PWD:$PWD/.lease/site${PYTHONPATH:+:$PYTHONPATH}:$extra"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
