@@ -30,7 +30,7 @@ export PYTHONPATH="$PWD:$PWD/.lease/site${PYTHONPATH:+:$PYTHONPATH}:$extra"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 py=${PYTHON:-python}
 $py -c "import jax, hydra; print('jax', jax.__version__, jax.devices())" || exit 1
-workloads=stencil,gemm,selu,conv3d,mlp_train,hessian,resnet50_train,bert_train,vit_train
+workloads=${WORKLOADS:-resnet50_train,bert_train,vit_train,stencil,gemm,selu,conv3d,mlp_train,hessian}
 if [ "$phase" = bench ] || [ "$phase" = all ]; then
   $py scripts/bench_trial.py --device "$device" --preset "$size" --frameworks jax \
     --workloads ${workloads//,/ } --json "$out/bench.json" --rows "$out/bench_rows.jsonl" \
@@ -39,7 +39,7 @@ if [ "$phase" = bench ] || [ "$phase" = all ]; then
 fi
 if [ "$phase" = sweep ] || [ "$phase" = all ]; then
   $py -m orchestrator.cli sweep -m "device=$device" hydra/launcher=basic \
-    "workload=$workloads" framework.precision=highest measure.repeats=2 "workload.size=$size" \
+    "workload=$workloads" "framework.precision=${SWEEP_PRECISION:-highest}" measure.repeats=2 "workload.size=$size" \
     "store_dir=$out/sweep" quiet=true
   echo "sweep: exit $?"
   $py -c "

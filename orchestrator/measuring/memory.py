@@ -287,12 +287,19 @@ class HostPeak:
             self.reset = False
 
     def peak_bytes(self) -> int | None:
-        """The peak resident bytes (since :meth:`start` where it could reset); None where
-        ``/proc`` does not say."""
+        """The peak resident bytes (since :meth:`start` where it could reset); where ``/proc``
+        has no ``VmHWM`` (a gVisor sandbox), ``getrusage``'s ``ru_maxrss``, the process's peak
+        since it started (``reset`` is then False)."""
         try:
             for line in (self._proc / "status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) * 1024
         except (OSError, ValueError, IndexError):
+            pass
+        self.reset = False
+        try:
+            import resource
+
+            return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # kB on Linux
+        except (ImportError, OSError, ValueError):
             return None
-        return None
