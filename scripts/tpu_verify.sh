@@ -16,6 +16,7 @@ out=${OUT:-$PWD/tpu_out}
 mkdir -p "$out"
 extra="${TMPDIR:-/tmp}/dvfs_pydeps"
 mkdir -p "$extra"
+export PYTHONPATH="$PWD:$PWD/.lease/site${PYTHONPATH:+:$PYTHONPATH}:$extra"
 missing=""
 for pkg in filelock:filelock flax:flax optax:optax pandas:pandas pyarrow:pyarrow yaml:pyyaml \
     scipy:scipy; do
@@ -26,7 +27,6 @@ if [ -n "$missing" ] && [ -d /opt/pypi/simple ]; then
   python -m pip install -q --disable-pip-version-check --index-url file:///opt/pypi/simple \
     --target "$extra" $missing >"$out/pip.log" 2>&1 || { echo "pip failed:"; tail -5 "$out/pip.log"; }
 fi
-export PYTHONPATH="$PWD:$PWD/.lease/site${PYTHONPATH:+:$PYTHONPATH}:$extra"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 py=${PYTHON:-python}
 $py -c "import jax, hydra; print('jax', jax.__version__, jax.devices())" || exit 1
