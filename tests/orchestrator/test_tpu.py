@@ -67,3 +67,21 @@ def test_without_a_tpu_device_tpu_says_what_to_use(monkeypatch):
     monkeypatch.setattr(tpu, "_local_tpus", no_tpu)
     with pytest.raises(UserError, match="use device=cpu"):
         TpuBackend()
+
+
+def test_where_ray_cannot_start_the_sweep_says_so_in_one_line_naming_the_basic_launcher(
+        monkeypatch):
+    import ray
+
+    from orchestrator.launching.pool import GpuPool
+    from orchestrator.launching.settings import LaunchSettings
+
+    def no_sockets(*args, **kwargs):
+        raise OSError("[Errno 97] Address family not supported by protocol")
+
+    monkeypatch.setattr(ray, "init", no_sockets)
+    pool = GpuPool(LaunchSettings.from_mapping({}), {"backend": "tpu"}, [])
+    assert pool._resource == "TPU"  # a TPU chip is Ray's TPU resource
+    with pytest.raises(UserError) as e:
+        pool._init_ray({})
+    assert "hydra/launcher=basic" in str(e.value) and "\n" not in str(e.value)
