@@ -36,8 +36,10 @@ SETTING_COLUMNS: list[str] = [
 
 OK = "ok"
 NOT_MEASURED = "not_measured"  # a trial that measured nothing (orchestrator.results.rows.Status)
+OUT_OF_MEMORY = "out_of_memory"  # its size did not fit the device: no evidence about the setting
 # Most severe first: the status a setting gets when its repeats disagree.
-_SEVERITY = ("crash", "timeout", "device_error", "wrong", "nondeterministic", NOT_MEASURED, OK)
+_SEVERITY = ("crash", "timeout", "device_error", "wrong", "nondeterministic", OUT_OF_MEMORY,
+             NOT_MEASURED, OK)
 
 
 def require_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:

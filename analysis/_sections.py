@@ -22,6 +22,7 @@ from analysis._frame import (
     DEFAULT_GROUP,
     NOT_MEASURED,
     OK,
+    OUT_OF_MEMORY,
     group_positions,
     is_missing,
     truthy,
@@ -337,11 +338,28 @@ def not_measured(doc: Doc, d: ReportData) -> None:
                               "trial_key"]).rename(columns=READABLE))
 
 
+def out_of_memory(doc: Doc, d: ReportData) -> None:
+    """The trials whose size did not fit the device's (or the host's) memory: no evidence about
+    their setting, listed apart from the failures; absent when there are none."""
+    rows = d.df[d.df["status"] == OUT_OF_MEMORY]
+    if not len(rows):
+        return
+    doc.h(2, "Out of memory")
+    doc.p(f"{len(rows)} trial row(s) did not fit the memory of their device or host at their "
+          "size: they say nothing about the setting, are left out of the fronts and the "
+          "thresholds, and a re-run does not run them again at the same size "
+          "(workload.size=auto picks the largest size that fits).")
+    shown = rows.assign(error=[(str(e)[:200] if not is_missing(e) else None)
+                               for e in rows["error"]])
+    doc.table(display(shown, ["workload", "framework", "size", "device_name", "sm_clock_max_mhz",
+                              "power_limit_w", "repeat", "error"]).rename(columns=READABLE))
+
+
 def failures(doc: Doc, d: ReportData) -> None:
     """The failed and invalid trials, counted by reason, and what was kept off the fronts."""
     doc.h(2, "Failed and invalid trials")
     bad = d.df[((d.df["status"] != OK) | ~truthy(d.df["valid"]))
-               & (d.df["status"] != NOT_MEASURED)]
+               & ~d.df["status"].isin([NOT_MEASURED, OUT_OF_MEMORY])]
     if not len(bad):
         doc.p("None.")
         return
@@ -413,7 +431,7 @@ def versions(doc: Doc, d: ReportData) -> None:
 
 SECTIONS: tuple[Callable[[Doc, ReportData], None], ...] = (
     header, summary, recommendations, boards, stability, comparisons, memory, failures,
-    not_measured, time_spent, configuration, devices, versions,
+    out_of_memory, not_measured, time_spent, configuration, devices, versions,
 )
 """The report's sections, in reading order."""
 

@@ -445,12 +445,42 @@ class BuiltKernel:
         np_dtype = fw.numpy_dtype(self.dtype)
         return tuple(a.astype(np_dtype) for a in self.spec.inputs_fn(self.size, rng))
 
+    @property
+    def resident(self) -> bool:
+        """Whether its inputs are on the device (False after :meth:`release`)."""
+        return self._backend._args is not None
+
+    @property
+    def device_bytes(self) -> int:
+        """The bytes of its arrays on the device now: inputs and the reference (0 released)."""
+        if self._backend._args is None:
+            return 0
+        arrays = self._backend._args + (self._reference_on_device or ())
+        return sum(int(self._backend.nbytes(a)) for a in arrays)
+
+    def release(self) -> None:
+        """Give back this kernel's arrays: its inputs and reference on the device, and the host
+        copies (inputs, float64 reference); the compiled functions stay. The next call puts the
+        inputs back (drawn again from the seed) and the next comparison computes the reference
+        again, so a worker holds the arrays of one kernel at a time (``KernelCache``)."""
+        self._backend._args = None
+        self._reference_on_device = None
+        self._reference = None
+        self._inputs = None
+
+    def _resident(self) -> None:
+        """Put the inputs back on the device after :meth:`release` (never inside a window:
+        the trial's warm-up calls come first)."""
+        if self._backend._args is None:
+            self._backend._args = tuple(self._backend.put(a) for a in self._rounded_inputs())
+
     def call_device(self) -> Any:
         """Run one call and wait for it, leaving the output on the device.
 
         Returns:
             An opaque handle to the output; :meth:`to_numpy` converts it.
         """
+        self._resident()
         return self._backend.call_device()
 
     def dispatch(self) -> Any:
@@ -459,6 +489,7 @@ class BuiltKernel:
         Returns:
             A handle to the output, which may still be being computed: :meth:`sync` waits for it.
         """
+        self._resident()
         return self._backend.dispatch()
 
     def dispatch_checked(self) -> tuple[Any, Any]:
@@ -468,6 +499,7 @@ class BuiltKernel:
             Handles to the output and to its fingerprint (:mod:`kernels.fingerprint`), both on
             the device.
         """
+        self._resident()
         return self._backend.dispatch_checked()
 
     def fingerprint(self, handle: Any) -> Any:

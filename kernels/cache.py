@@ -4,6 +4,12 @@ A sweep calls the same kernel at many clock settings; compiling it again at each
 waste minutes and change which kernel XLA's autotuner picks. A worker keeps one
 :class:`KernelCache` and asks it for kernels; ``builds`` counts the real builds, so a test can
 assert "each kernel compiled once per actor".
+
+The compiled functions stay for the life of the worker; the **arrays** (inputs and reference on
+the device, the float64 reference on the host) are kept for one kernel at a time: asking for a
+kernel releases every other one's (:meth:`KernelCache.release_others`), and a released kernel
+puts its inputs back, drawn again from its seed, at its next call. So a sweep over several
+workloads on one device holds the largest one's arrays, never their sum.
 """
 
 from __future__ import annotations
@@ -43,8 +49,10 @@ class KernelCache:
 
     def get(self, options: KernelOptions) -> BuiltKernel:
         """Return the cached kernel for ``options``, building it on first use
-        (:func:`kernels.registry.build_kernel`)."""
+        (:func:`kernels.registry.build_kernel`); every other kernel's arrays are released
+        first (:meth:`release_others`)."""
         key = self.key(options)
+        self.release_others(key)
         with self._lock:
             kernel = self._kernels.get(key)
             if kernel is None:
@@ -52,6 +60,29 @@ class KernelCache:
                 self._kernels[key] = kernel
                 self.builds += 1
             return kernel
+
+    def release_others(self, options: KernelOptions | None) -> int:
+        """Release the arrays of every kernel but the one of ``options`` (None: all of them),
+        keeping their compiled functions (:meth:`BuiltKernel.release`). A trial calls this
+        before it reads the device's free memory, so a worker holds one kernel's arrays at a
+        time whatever a sweep runs before. Returns how many kernels it released."""
+        key = None if options is None else self.key(options)
+        released = 0
+        with self._lock:
+            for k, kernel in self._kernels.items():
+                if k != key and kernel.resident:
+                    kernel.release()
+                    released += 1
+        if released:
+            import gc
+
+            gc.collect()  # device buffers go when their last Python reference does
+        return released
+
+    def resident_bytes(self, options: KernelOptions) -> int:
+        """The device bytes the kernel of ``options`` holds now (0: not built, or released)."""
+        kernel = self._kernels.get(self.key(options))
+        return 0 if kernel is None else kernel.device_bytes
 
     def __len__(self) -> int:
         return len(self._kernels)

@@ -23,8 +23,11 @@ a sample. The API follows that split::
   NONDETERMINISTIC. With a non-finite value both errors read ``inf``.
 
 Tolerances (relative, norm-wise; :func:`tolerance_for`) depend on the dtype, the precision and
-the workload. ``default`` precision means TF32 on Ampere+ GPUs for matmul work in both frameworks,
-so matmul workloads get the TF32 tolerance there even though a CPU computes in full fp32:
+the workload. ``default`` precision means what the device computes a float32 matmul in by default
+(``arithmetic``, from ``Device.float32_matmul_default``, recorded in each row as
+``check_arithmetic``): TF32 on Ampere and later GPUs for JAX and TensorFlow (the tf32 column),
+FP32 for PyTorch, older GPUs and a CPU (the fp32 column), and one bfloat16 pass on a TPU (the
+bf16 column for the matmul workloads; elementwise work stays fp32):
 
 =========== ======== ===== ====== =============================================================
 workload    fp32     tf32  bf16   why
@@ -124,7 +127,18 @@ class CheckResult:
         return row
 
 
-def tolerance_for(dtype: str, precision: str, workload: str) -> float:
+BF16_OVER_TF32 = 8.0
+"""bfloat16 keeps 8 significand bits, TF32 11: a unit roundoff 2**3 times larger. A workload
+whose table has a ``tf32`` figure and no ``bfloat16`` one gets this multiple of it where the
+device's default matmul is one bfloat16 pass."""
+
+ARITHMETICS = ("tf32", "float32", "bfloat16")
+"""What a float32 matrix product at ``precision=default`` runs in on a device: TF32 (JAX and
+TensorFlow on an Ampere or later GPU), FP32 (PyTorch, older GPUs, a CPU) or one bfloat16 pass
+(a TPU)."""
+
+
+def tolerance_for(dtype: str, precision: str, workload: str, arithmetic: str = "tf32") -> float:
     """Return the relative-error tolerance for a workload in ``dtype`` and ``precision``.
 
     Args:
@@ -132,6 +146,9 @@ def tolerance_for(dtype: str, precision: str, workload: str) -> float:
         precision: ``"default"``, ``"highest"`` or ``"tf32"``.
         workload: a workload name: a built-in kernel's (the table above), or one whose
             :class:`~kernels.spec.Workload` gives ``tolerances`` (the models, a user's).
+        arithmetic: what ``precision=default`` computes a float32 matmul in on the device
+            (:data:`ARITHMETICS`): ``tf32`` keeps the table above; ``float32`` takes the fp32
+            column; ``bfloat16`` the bf16 column for matmul work (elementwise work stays fp32).
 
     Returns:
         The tolerance on ``||out - ref||_2 / ||ref||_2``.
@@ -140,6 +157,16 @@ def tolerance_for(dtype: str, precision: str, workload: str) -> float:
         UnknownKernelError: for an unknown workload.
         KernelOptionError: for a dtype or precision without a tolerance.
     """
+    if arithmetic not in ARITHMETICS:
+        raise KernelOptionError(f"unknown arithmetic {arithmetic!r}; known: "
+                                f"{', '.join(ARITHMETICS)}")
+    if dtype == "float32" and precision == "default" and arithmetic != "tf32":
+        if arithmetic == "float32":
+            precision = "highest"
+        elif workload not in FP32_TOLERANCE or workload in TF32_TOLERANCE:
+            dtype = "bfloat16"  # one bfloat16 pass: matmul work is as exact as bf16 inputs
+        else:
+            precision = "highest"  # elementwise work is float32 whatever the matmul default
     if workload not in FP32_TOLERANCE:
         return _spec_tolerance(dtype, precision, workload)
     if dtype == "bfloat16":
@@ -165,6 +192,8 @@ def _spec_tolerance(dtype: str, precision: str, workload: str) -> float:
         raise UnknownKernelError(f"workload {workload!r} gives no tolerances")
     key = dtype if dtype != "float32" else "float32" if precision == "highest" else "tf32"
     value = table.get(key, table.get("float32") if key == "tf32" else None)
+    if value is None and key == "bfloat16" and "tf32" in table:  # one bf16 pass (a TPU's
+        value = BF16_OVER_TF32 * table["tf32"]  # default) of a model that names no bf16 figure
     if value is None:
         raise KernelOptionError(f"workload {workload!r} gives no tolerance for {dtype} "
                                 f"at precision {precision!r}; it has: {', '.join(table)}")
@@ -245,6 +274,7 @@ def check_errors(
     workload: str,
     *,
     tolerance: float | None = None,
+    arithmetic: str = "tf32",
 ) -> CheckResult:
     """The verdict from errors already computed (on the device: :mod:`kernels.compare`).
 
@@ -254,13 +284,15 @@ def check_errors(
         digests: the fingerprints of every checked call, in call order.
         dtype, precision, workload: choose the tolerance (:func:`tolerance_for`).
         tolerance: overrides :func:`tolerance_for`.
+        arithmetic: the device's float32 matmul at ``precision=default`` (:data:`ARITHMETICS`).
     """
     nonfinite = sum(e.nonfinite for e in errors)
     compared = [e for e in errors if not np.isnan(e.rel_error)]  # NaN: no reference to compare
     if not compared:
         nan = float("nan")
         return _verdict(nonfinite, False, digests, (nan, nan, nan), len(errors))
-    tol = tolerance_for(dtype, precision, workload) if tolerance is None else float(tolerance)
+    tol = (tolerance_for(dtype, precision, workload, arithmetic) if tolerance is None
+           else float(tolerance))
     rel = max(e.rel_error for e in compared)
     max_abs = max(e.max_abs_error for e in compared)
     return _verdict(nonfinite, not rel <= tol, digests, (rel, max_abs, tol), len(errors))

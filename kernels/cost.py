@@ -331,7 +331,88 @@ def _jax_work(spec: KernelSpec, size: Any, dtype: str, precision: str) -> Counte
     args = [jax.ShapeDtypeStruct(shape, np_dtype) for shape in spec.shapes_fn(size)]
     with fw.jax_precision_scope(precision):
         compiled = jax.jit(spec.jax_fn(size)).lower(*args).compile()
+    try:  # the same compile answers the memory question (kernel_memory)
+        stats = compiled.memory_analysis()
+        _xla_memory[(spec.name, repr(size), dtype, precision)] = (
+            int(stats.argument_size_in_bytes), int(stats.output_size_in_bytes),
+            int(stats.temp_size_in_bytes) + int(stats.generated_code_size_in_bytes))
+    except Exception:  # noqa: BLE001 - a backend without memory analysis: the estimate stands
+        pass
     return xla_work(compiled.cost_analysis(), compiled.as_text())
+
+
+_xla_memory: dict[tuple[str, str, str, str], tuple[int, int, int]] = {}
+
+
+@dataclass(frozen=True)
+class KernelMemory:
+    """The device memory one call of a compiled kernel needs, in bytes.
+
+    Attributes:
+        inputs: its input arrays (from the workload's shapes).
+        output: its output.
+        temporaries: what the compiled program allocates for itself while it runs (XLA's
+            ``memory_analysis()`` temp and code sizes on the JAX path; an estimate elsewhere).
+        source: ``"xla_memory_analysis"`` or ``"estimate"`` (one output-sized buffer of
+            temporaries, or the workload's own footprint where it has one).
+    """
+
+    inputs: int
+    output: int
+    temporaries: int
+    source: str
+
+
+def kernel_memory(
+    spec: KernelSpec, framework: str, preset: str, dtype: str = "float32",
+    precision: str = "default", variant: str | None = None,
+) -> KernelMemory:
+    """The device memory of one call at ``preset``, known before anything is put on a device.
+
+    On the JAX path the figures come from XLA's memory analysis of the step compiled with
+    abstract shapes (the compile :func:`compiled_work` makes, cached per options); TensorFlow
+    and PyTorch have no equivalent before the step runs, so their temporaries are estimated:
+    the workload's modelled footprint beyond its inputs where it has one, else one buffer of
+    the output's size.
+    """
+    variant = spec.validate(preset, dtype, precision, variant)
+    size = spec.sizes[preset][variant]
+    itemsize = fw.numpy_dtype(dtype).itemsize
+    inputs = sum(int(_prod(shape)) * itemsize for shape in spec.shapes_fn(size))
+    if framework == "jax":
+        compiled_work(spec, "jax", preset, dtype, precision, variant=variant)
+        found = _xla_memory.get((spec.name, repr(size), dtype, precision))
+        if found is not None:
+            args, output, temporaries = found
+            return KernelMemory(max(args, inputs), output, temporaries, "xla_memory_analysis")
+    output = _output_bytes(spec, size, dtype, inputs)
+    modelled = spec.peak_bytes(preset, dtype)
+    temporaries = max(modelled - inputs - output, output) if modelled else output
+    return KernelMemory(inputs, output, temporaries, "estimate")
+
+
+def _prod(shape: Iterable[int]) -> int:
+    total = 1
+    for n in shape:
+        total *= int(n)
+    return total
+
+
+def _output_bytes(spec: KernelSpec, size: Any, dtype: str, inputs: int) -> int:
+    """One output's bytes from JAX's shape inference where JAX is there, else the largest
+    input's (an elementwise or same-shape kernel's output)."""
+    itemsize = fw.numpy_dtype(dtype).itemsize
+    shapes = list(spec.shapes_fn(size))
+    if spec.jax_fn is not None:
+        try:
+            jax = fw.import_jax()
+            args = [jax.ShapeDtypeStruct(s, fw.numpy_dtype(dtype)) for s in shapes]
+            out = jax.eval_shape(spec.jax_fn(size), *args)
+            return sum(int(_prod(leaf.shape)) * leaf.dtype.itemsize
+                       for leaf in jax.tree_util.tree_leaves(out))
+        except Exception:  # noqa: BLE001 - no JAX here: the estimate below
+            pass
+    return max((int(_prod(s)) * itemsize for s in shapes), default=inputs)
 
 
 def _tf_specs(tf: Any, spec: KernelSpec, size: Any, dtype: str) -> list[Any]:

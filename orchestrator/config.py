@@ -28,7 +28,8 @@ CONF_DIR = (Path(__file__).parent / "conf").resolve()
 """The configs: ``orchestrator/conf``, a link to the checkout's top-level ``conf/`` (a source tree
 or an editable install), or the copy a wheel carries as package data (any other install)."""
 
-BACKENDS = ("sim", "nvml", "cpu")
+BACKENDS = ("sim", "nvml", "cpu", "tpu")
+AUTO_SIZE = "auto"  # workload.size: the largest preset that fits (orchestrator.measuring.memory)
 METERS = ("auto", "counter", "polling")
 # where calls are checked: orchestrator.measuring.window.DigestMode
 DIGESTS = ("after", "inline", "host")
@@ -50,8 +51,8 @@ MAX_ITERS = 1_000_000_000  # calls of one window: a 1 us kernel would take over 
 class DeviceConfig:
     """Which GPUs, how to reach them, and the settings a trial asks for."""
 
-    backend: str = "sim"  # "sim" (simulated NVML), "nvml" (real GPUs) or "cpu" (the host CPU)
-    default_size: str = "cpu"  # workload.size where unset: tiny (sim), cpu (cpu), gpu (nvml)
+    backend: str = "sim"  # "sim" (simulated NVML), "nvml" (real GPUs), "cpu" (the host), "tpu"
+    default_size: str = "cpu"  # workload.size where unset: tiny (sim), cpu (cpu), auto (nvml, tpu)
     gpus: Optional[list[Any]] = None  # NVML indices or UUIDs to use; None: every GPU
     observe_only: bool = False  # change nothing; refuse any sweep that asks for a setting
     # --- settings a trial asks for (None: leave at the device's default); each checked against
@@ -150,8 +151,12 @@ class MeasureConfig:
         "holds; more is a slip, such as ${now:%Y}, the year")  # independent windows per setting
     reference_samples: int = bounded(4, 0, MAX_REFERENCE_SAMPLES, "calls 1, 2, 4, ... 2**63 "
         "are compared with the reference")  # calls compared with the float64 reference (+ last)
-    held_outputs_gib: float = bounded(8.0, 0, 1024, "no GPU holds a TiB", above=True, unit=" GiB"
-        )  # device memory a trial's sampled outputs may hold: fewer samples past it (row says)
+    held_outputs_share: float = bounded(
+        0.25, 0, 1, "a share of the device's free memory", above=True
+    )  # of the free device memory a trial's sampled outputs may hold: fewer past it (row says)
+    held_outputs_gib: Optional[float] = bounded(
+        None, 0, 1024, "no GPU holds a TiB", above=True, unit=" GiB"
+    )  # ... and at most this many GiB (None: the share alone)
     # where calls are fingerprinted: "after" (a check run right after a bare timed window),
     # "inline" (the timed calls themselves, on the device), "host" (copy + hash per call: debug)
     digest: str = "after"
@@ -379,8 +384,8 @@ def validate_static(cfg: DvfsConfig) -> None:
     _check_sm_clock(d.sm_clock_mhz)
     _check_gpus(d.gpus)
     _check_planted(d.planted_thresholds)
-    if d.backend == "cpu":
-        _check_cpu(d, m)
+    if d.backend in ("cpu", "tpu"):
+        _check_observed(d, m, cfg.framework.name)
     _check_command(cfg.workload, m)
 
 
@@ -510,20 +515,28 @@ def to_device_config(device: DeviceConfig | Mapping[str, Any]) -> DeviceConfig:
     return DeviceConfig(**device)
 
 
-def _check_cpu(d: DeviceConfig, m: MeasureConfig) -> None:
-    """``device=cpu`` sets nothing, and has no power sensor to poll."""
+def _check_observed(d: DeviceConfig, m: MeasureConfig, framework: str) -> None:
+    """``device=cpu`` and ``device=tpu`` set nothing and have no power sensor to poll; a TPU
+    runs JAX only."""
+    what = {"cpu": "the host CPU", "tpu": "the TPU chip"}[d.backend]
     asked = [
         f"device.{k}={_show(getattr(d, k))}" for k in SETTINGS_KEYS if getattr(d, k) is not None
     ]
     if asked:
         raise UserError(
-            f"device=cpu has no settings to change: {', '.join(asked)} (the host CPU is measured "
-            f"as it runs; drop the setting or use device=nvml or device=sim)"
+            f"device={d.backend} has no settings to change: {', '.join(asked)} ({what} is "
+            f"measured as it runs; drop the setting or use device=nvml or device=sim)"
         )
     if m.meter == "polling":
+        source = "the RAPL counter" if d.backend == "cpu" else "nowhere: a TPU reports no watts"
         raise UserError(
-            "measure.meter=polling needs a power sensor, and device=cpu has none (its energy "
-            "comes from the RAPL counter): use measure.meter=auto"
+            f"measure.meter=polling needs a power sensor, and device={d.backend} has none (its "
+            f"energy comes from {source}): use measure.meter=auto"
+        )
+    if d.backend == "tpu" and framework != "jax":
+        raise UserError(
+            f"device=tpu runs JAX only: framework={framework} needs its own TPU build, which "
+            "this project does not drive; use framework=jax"
         )
 
 

@@ -46,6 +46,8 @@ def trial_overrides(workload: str, framework: str, args: argparse.Namespace) -> 
                  f"workload.size={args.preset}", f"measure.window_s={args.window_s}", "quiet=true"]
     if args.device == "nvml":
         overrides.append("device.observe_only=true")
+    if args.precision:
+        overrides.append(f"framework.precision={args.precision}")
     return overrides
 
 
@@ -54,7 +56,7 @@ def _trial(ctx: Any, cfg: Any) -> dict[str, Any]:
     from orchestrator.results.jobs import JobSpec
 
     (row,) = run_trial(ctx, JobSpec.from_config(cfg))
-    if row["status"] in ("crash", "timeout", "device_error", "not_measured"):
+    if row["status"] in ("crash", "timeout", "device_error", "not_measured", "out_of_memory"):
         raise RuntimeError(f"trial {row['status']}: {row.get('error')}")
     return row
 
@@ -98,19 +100,63 @@ def bench_pair(workload: str, framework: str, args: argparse.Namespace, session:
     ctx = session.context(cfg.device)
     first = _trial(ctx, cfg)
     steady = _trial(ctx, cfg)
-    kernel = ctx.kernels.get(KernelOptions(workload, framework=framework, preset=args.preset))
+    preset = steady.get("size") or args.preset  # what workload.size=auto chose
+    kernel = ctx.kernels.get(KernelOptions(workload, framework=framework, preset=preset,
+                                           precision=cfg.framework.precision))
     steady["output_bytes"] = kernel.output_bytes
     result = judge(steady)
-    result.update(workload=workload, framework=framework, preset=args.preset,
+    result.update(workload=workload, framework=framework, preset=preset,
                   device=steady["device_name"], first_build_s=first.get("phase_build_s"),
                   first_compare_s=first.get("phase_compare_s"),
-                  reference_builds=kernel.reference_builds)
+                  reference_builds=kernel.reference_builds,
+                  footprint_bytes=steady.get("footprint_bytes"),
+                  host_peak_bytes=max(first.get("host_peak_bytes") or 0,
+                                      steady.get("host_peak_bytes") or 0) or None,
+                  device_in_use_after_bytes=ctx.device.memory_used_bytes(),
+                  host_rss_after_bytes=_rss_bytes(), check_arithmetic=steady.get(
+                      "check_arithmetic"), rel_error=steady.get("rel_error"),
+                  rows=[first, steady])
     result["meets_targets"] = meets_targets(result)
     return result
 
 
+def _rss_bytes() -> int | None:
+    """This process's resident memory now (``VmRSS``), None where ``/proc`` does not say."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def _mib(n: float | None) -> str:
     return "-" if n is None else f"{n / 2**20:.1f}"
+
+
+def _gib(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**30:.2f}"
+
+
+def memory_markdown(results: list[dict[str, Any]]) -> str:
+    """One line per pair, in the order they ran in one process: the size chosen, the trial's
+    footprint, the device memory in use and the host's resident memory after the pair, the
+    host's peak during it, and the check's arithmetic and status."""
+    lines = ["| workload | size | footprint GiB | device in use after GiB | host peak GiB | "
+             "host RSS after GiB | arithmetic | rel. error | checks |",
+             "|---|---|---:|---:|---:|---:|---|---:|---|"]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['workload']} | failed: {r['error'][:200]} | | | | | | | |")
+            continue
+        err = r.get("rel_error")
+        lines.append(
+            f"| {r['workload']} | {r['preset']} | {_gib(r.get('footprint_bytes'))} | "
+            f"{_gib(r.get('device_in_use_after_bytes'))} | {_gib(r.get('host_peak_bytes'))} | "
+            f"{_gib(r.get('host_rss_after_bytes'))} | {r.get('check_arithmetic')} | "
+            f"{'-' if err is None else f'{err:.2e}'} | {r['status']} |")
+    return "\n".join(lines)
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
@@ -143,8 +189,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from kernels import FRAMEWORKS, list_workloads
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", choices=("cpu", "nvml"), default="cpu")
-    parser.add_argument("--preset", default="cpu", help="size preset: tiny, cpu, gpu")
+    parser.add_argument("--device", choices=("cpu", "nvml", "tpu"), default="cpu")
+    parser.add_argument("--preset", default="cpu", help="size preset: tiny, cpu, gpu, auto")
+    parser.add_argument("--precision", default=None, help="framework.precision (default: as "
+                        "the config has it)")
+    parser.add_argument("--rows", type=Path, help="write every trial's row here (JSON lines)")
     parser.add_argument("--window-s", type=float, default=1.0, help="window length in seconds")
     parser.add_argument("--workloads", nargs="+", default=list(list_workloads()))
     parser.add_argument("--frameworks", nargs="+", default=list(FRAMEWORKS))
@@ -167,11 +216,20 @@ def main(argv: list[str] | None = None) -> int:
                     results.append({"workload": workload, "framework": framework,
                                     "error": f"{type(e).__name__}: {e}"})
                 r = results[-1]
-                shown = r.get("error") or f"wall {r['wall_s']:.2f} s of {r['wall_target_s']:.2f}"
+                if args.rows:  # as each pair finishes: a run cut short keeps what it measured
+                    with args.rows.open("a") as f:
+                        f.writelines(json.dumps(row, default=str) + "\n"
+                                     for row in r.pop("rows", []))
+                shown = r.get("error") or (
+                    f"{r['preset']}: wall {r['wall_s']:.2f} s of {r['wall_target_s']:.2f}; "
+                    f"{r['status']}; device in use {_gib(r['device_in_use_after_bytes'])} GiB, "
+                    f"host peak {_gib(r['host_peak_bytes'])} GiB")
                 print(f"{workload}/{framework}: {shown}", file=sys.stderr, flush=True)
     print(markdown(results))
+    print()
+    print(memory_markdown(results))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps(results, indent=2, default=str))
     return 0 if all(r.get("meets_targets") for r in results) else 1
 
 

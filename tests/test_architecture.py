@@ -38,6 +38,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     2: ("orchestrator.measuring.guard", "orchestrator.measuring.policy",
         "orchestrator.measuring.journal", "orchestrator.measuring.meter",
         "orchestrator.measuring.inject", "orchestrator.measuring.window",
+        "orchestrator.measuring.memory",
         "orchestrator.measuring.trial_trace", "orchestrator.measuring.thermal",
         "orchestrator.launching.sweep_lock", "orchestrator.realgpu.calibrate",
         "orchestrator.realgpu.readings", "orchestrator.testing.chaos",

@@ -39,14 +39,14 @@ def test_a_typo_in_a_key_is_a_one_line_user_error():
 
 
 @pytest.mark.parametrize(
-    "device, size", [("sim", "tiny"), ("cpu", "cpu"), ("nvml", "gpu")]
+    "device, size", [("sim", "tiny"), ("cpu", "cpu"), ("nvml", "auto"), ("tpu", "auto")]
 )
 @pytest.mark.parametrize("workload", GROUPS["workload"])
 def test_the_size_a_kernel_computes_follows_the_device_unless_the_user_sets_it(
     device, size, workload
 ):
     # The sim's figures come from sim_size whatever it computes, so it computes little; the CPU
-    # and a real GPU measure what they compute.
+    # measures what it computes; a real GPU or a TPU the largest size that fits it.
     overrides = [f"device={device}", f"workload={workload}"]
     assert compose(overrides).workload.size == size
     assert compose([*overrides, "workload.size=gpu"]).workload.size == "gpu"

@@ -2,7 +2,8 @@
 
 ``open_backend(device_cfg)`` returns an initialised backend: the NVML adapter over nvidia-ml-py's
 ``pynvml`` (``backend=nvml``) or over the simulated NVML (``backend=sim``), or the host CPU
-(``backend=cpu``: ``orchestrator.devices.cpu``, energy from RAPL, nothing settable). All hand out
+(``backend=cpu``: ``orchestrator.devices.cpu``, energy from RAPL, nothing settable), or the
+host's TPU chips (``backend=tpu``: ``orchestrator.devices.tpu``, through JAX). All hand out
 ``Device`` objects; nothing above this package imports ``pynvml``.
 
 Where the simulated machine's state and the guard's journal live is decided here, once:
@@ -141,7 +142,7 @@ def journal_dir(device: DeviceConfig | Mapping[str, Any]) -> Path:
     backend = device.backend
     if backend == "sim":
         return sim_state_dir(device, join_existing=True) / "journal"
-    name = "journal-cpu" if backend == "cpu" else "journal"
+    name = f"journal-{backend}" if backend in ("cpu", "tpu") else "journal"
     if os.geteuid() == 0:
         return Path("/var/lib/dvfs") / name
     return Path.home() / ".local" / "state" / "dvfs" / name
@@ -193,7 +194,11 @@ def open_backend(
     if backend == "cpu":
         os.environ.update(CPU_ONLY_ENV)
         return CpuBackend(CpuDevice(device.powercap_root))
-    raise UserError(f"device.backend={backend!r} is not one of: sim, nvml, cpu")
+    if backend == "tpu":
+        from orchestrator.devices.tpu import TpuBackend
+
+        return TpuBackend()
+    raise UserError(f"device.backend={backend!r} is not one of: sim, nvml, cpu, tpu")
 
 
 def nvml_available() -> bool:
@@ -240,7 +245,7 @@ def select_devices(backend: NvmlBackend | CpuBackend, gpus: list[Any] | None) ->
     chosen: list[Device] = []
     for g in gpus:
         if isinstance(g, str) and not g.isdigit():
-            by_uuid = g.startswith(("GPU-", "MIG-", "CPU-"))
+            by_uuid = g.startswith(("GPU-", "MIG-", "CPU-", "TPU-"))
             chosen.append(backend.device(uuid=g) if by_uuid else backend.device(pci_bus_id=g))
         else:
             chosen.append(backend.device(index=int(g)))

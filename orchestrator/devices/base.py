@@ -29,7 +29,7 @@ from typing import Literal
 
 from orchestrator.errors import DeviceNotSupportedError
 
-Backend = Literal["nvml", "sim", "cpu"]
+Backend = Literal["nvml", "sim", "cpu", "tpu"]
 Peak = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8"]
 HealthFault = Literal["lost", "xid", "ecc", "thermal", "query_failed"]
 
@@ -170,6 +170,14 @@ class Telemetry:
 
 
 @dataclass(frozen=True)
+class MemoryInfo:
+    """A device's memory, in bytes."""
+
+    total_bytes: int  # what the device has
+    free_bytes: int  # what a new allocation may take now
+
+
+@dataclass(frozen=True)
 class Health:
     """Whether a GPU may take another trial, and if not, why (see ``Device.health``)."""
 
@@ -260,6 +268,24 @@ class Device(abc.ABC):
         """Device memory in use by every process (NVML's ``used``), in bytes; None where the
         device does not say (the CPU)."""
         return None
+
+    def memory_info(self) -> MemoryInfo | None:
+        """The device's memory: total and free bytes (NVML's ``nvmlDeviceGetMemoryInfo``, the
+        sim's from its profile; the host's ``/proc/meminfo`` for the CPU; JAX's
+        ``memory_stats()`` on a TPU); None where the device does not say."""
+        return None
+
+    def window_readings(self) -> dict[str, float]:
+        """Readings the device offers after a window beside the NVML-like telemetry (a TPU's
+        libtpu runtime metrics), as row columns; none by default."""
+        return {}
+
+    def float32_matmul_default(self, framework: str) -> str:
+        """The arithmetic a float32 matrix product runs in at ``precision=default`` here:
+        ``"float32"``, ``"tf32"`` (JAX and TensorFlow on an Ampere or later GPU) or
+        ``"bfloat16"`` (one bfloat16 pass: a TPU). The checks' tolerance follows it."""
+        del framework
+        return "float32"
 
     def model_allocation(self, in_use_bytes: int, framework: str) -> int | None:
         """The simulated GPU's hook: what a process running a workload whose in-use peak is

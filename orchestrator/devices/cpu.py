@@ -56,6 +56,7 @@ from orchestrator.devices.base import (
     DeviceCapabilities,
     DeviceIdentity,
     DeviceSettings,
+    MemoryInfo,
     Telemetry,
 )
 from orchestrator.errors import DeviceError, DeviceNotFoundError, DeviceNotSupportedError
@@ -217,7 +218,73 @@ def cpu_model_name(cpuinfo: Path) -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-class CpuDevice(Device):
+class ObservedDevice(Device):
+    """A device measured as it runs, with nothing to set (the host CPU, a TPU): no clocks, no
+    power limits, no offsets; every setter refuses with ``no_settings`` and every reset does
+    nothing, since nothing was ever changed.
+
+    Subclasses set ``identity``, ``no_settings`` (one line: what to use instead) and
+    ``_caps`` (their ``DeviceCapabilities``).
+    """
+
+    no_settings: str = _NO_SETTINGS
+    _caps: DeviceCapabilities
+
+    def capabilities(self) -> DeviceCapabilities:
+        """No clocks, no power limits, no offsets; an energy counter where the device has one."""
+        return self._caps
+
+    def settings(self) -> DeviceSettings:
+        """Nothing is settable: a power limit of 0 W stands for "none"."""
+        return DeviceSettings(power_limit_w=0.0, clock_offset_mhz=None)
+
+    def set_locked_sm_clocks(self, min_mhz: int, max_mhz: int) -> None:
+        """Refused: the device locks no clock (``DeviceNotSupportedError``)."""
+        raise DeviceNotSupportedError(
+            f"{self.no_settings} (asked: SM clock {min_mhz}-{max_mhz} MHz)")
+
+    def reset_locked_sm_clocks(self) -> None:
+        """Nothing to reset: the device never changes a clock."""
+
+    def set_locked_mem_clocks(self, min_mhz: int, max_mhz: int) -> None:
+        """Refused: the device locks no clock (``DeviceNotSupportedError``)."""
+        asked = f"memory clock {min_mhz}-{max_mhz} MHz"
+        raise DeviceNotSupportedError(f"{self.no_settings} (asked: {asked})")
+
+    def reset_locked_mem_clocks(self) -> None:
+        """Nothing to reset: the device never changes a clock."""
+
+    def set_power_limit_w(self, watts: float) -> None:
+        """Refused: the device sets no power limit (``DeviceNotSupportedError``)."""
+        raise DeviceNotSupportedError(f"{self.no_settings} (asked: power limit {watts:g} W)")
+
+    def set_clock_offset_mhz(self, offset_mhz: int) -> None:
+        """Refused: the device sets no clock offset (``DeviceNotSupportedError``)."""
+        raise DeviceNotSupportedError(
+            f"{self.no_settings} (asked: clock offset {offset_mhz:+d} MHz)")
+
+    def clock_event_reasons(self) -> ClockEventReason:
+        """NONE: nothing reports reasons in NVML's sense."""
+        return ClockEventReason.NONE
+
+
+def host_memory(meminfo: Path = Path("/proc/meminfo")) -> MemoryInfo | None:
+    """The host's memory from ``/proc/meminfo``: ``MemTotal`` and ``MemAvailable`` (what new
+    allocations may take without swapping); None where the file cannot be read."""
+    found: dict[str, int] = {}
+    try:
+        for line in meminfo.read_text().splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key in ("MemTotal", "MemAvailable"):
+                found[key] = int(value.split()[0]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    if "MemTotal" not in found:
+        return None
+    return MemoryInfo(found["MemTotal"], found.get("MemAvailable", found["MemTotal"]))
+
+
+class CpuDevice(ObservedDevice):
     """The host CPU (see the module docstring): wall time, RAPL energy, no settings.
 
     Args:
@@ -275,37 +342,9 @@ class CpuDevice(Device):
             if _text_or_none(h / "name") in _HWMON_PACKAGE_SENSORS
         ]
 
-    # --- what may be set: nothing ---------------------------------------------------------
-    def capabilities(self) -> DeviceCapabilities:
-        """No clocks, no power limits, no offsets; the RAPL counter where it is readable."""
-        return self._caps
-
-    def settings(self) -> DeviceSettings:
-        """Nothing is settable: a power limit of 0 W stands for "none"."""
-        return DeviceSettings(power_limit_w=0.0, clock_offset_mhz=None)
-
-    def set_locked_sm_clocks(self, min_mhz: int, max_mhz: int) -> None:
-        """Refused: a CPU device locks no clock (``DeviceNotSupportedError``)."""
-        raise DeviceNotSupportedError(f"{_NO_SETTINGS} (asked: SM clock {min_mhz}-{max_mhz} MHz)")
-
-    def reset_locked_sm_clocks(self) -> None:
-        """Nothing to reset: a CPU device never changes a clock."""
-
-    def set_locked_mem_clocks(self, min_mhz: int, max_mhz: int) -> None:
-        """Refused: a CPU device locks no clock (``DeviceNotSupportedError``)."""
-        asked = f"memory clock {min_mhz}-{max_mhz} MHz"
-        raise DeviceNotSupportedError(f"{_NO_SETTINGS} (asked: {asked})")
-
-    def reset_locked_mem_clocks(self) -> None:
-        """Nothing to reset: a CPU device never changes a clock."""
-
-    def set_power_limit_w(self, watts: float) -> None:
-        """Refused: a CPU device sets no power limit (``DeviceNotSupportedError``)."""
-        raise DeviceNotSupportedError(f"{_NO_SETTINGS} (asked: power limit {watts:g} W)")
-
-    def set_clock_offset_mhz(self, offset_mhz: int) -> None:
-        """Refused: a CPU device sets no clock offset (``DeviceNotSupportedError``)."""
-        raise DeviceNotSupportedError(f"{_NO_SETTINGS} (asked: clock offset {offset_mhz:+d} MHz)")
+    def memory_info(self) -> MemoryInfo | None:
+        """The host's memory: ``MemTotal`` and ``MemAvailable`` of ``/proc/meminfo``."""
+        return host_memory()
 
     # --- telemetry ------------------------------------------------------------------------
     def energy_mj(self) -> int:
@@ -355,10 +394,6 @@ class CpuDevice(Device):
         """The hottest package sensor in °C; 0 where the OS shows none."""
         millis = [v for v in (_int_or_none(p) for p in self._temp_files) if v is not None]
         return round(max(millis) / 1000) if millis else 0
-
-    def clock_event_reasons(self) -> ClockEventReason:
-        """NONE: the OS reports no reasons in NVML's sense."""
-        return ClockEventReason.NONE
 
     def telemetry(self) -> Telemetry:
         """Every sensor once; ``power_mw`` is 0, since a CPU has none (``has_power_sensor``)."""

@@ -234,19 +234,31 @@ class GpuPool:
         import ray
 
         if self.settings.address is None:
-            # One logical GPU per simulated GPU, one for the host CPU; real GPUs: Ray counts them.
+            # One logical GPU per simulated GPU, one for the host CPU; real GPUs: Ray counts them
+            # (TPU chips too, as its "TPU" resource).
             declared = {"sim": int(self.device.get("count") or 1), "cpu": 1}
             num_gpus = declared.get(self.device.get("backend"))
             with hidden_from_ray("CUDA_VISIBLE_DEVICES" if num_gpus is not None else None):
-                ray.init(
-                    address="local",
-                    num_gpus=num_gpus,
-                    include_dashboard=bool(self.settings.dashboard),
-                    dashboard_host="127.0.0.1",
-                    **quiet,
-                )
+                try:
+                    ray.init(
+                        address="local",
+                        num_gpus=num_gpus,
+                        include_dashboard=bool(self.settings.dashboard),
+                        dashboard_host="127.0.0.1",
+                        **quiet,
+                    )
+                except (OSError, RuntimeError, ConnectionError) as e:  # no sockets, no /dev/shm
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+                    raise UserError(
+                        f"Ray cannot start here ({first}): run the sweep without Ray, one trial "
+                        "at a time in this process, with hydra/launcher=basic") from None
         else:
             join_ray(self.settings.address, **quiet)
+
+    @property
+    def _resource(self) -> str:
+        """The Ray resource one worker's device is: ``TPU`` for a TPU chip, else ``GPU``."""
+        return "TPU" if self.device.get("backend") == "tpu" else "GPU"
 
     def _worker_env(self) -> dict[str, str]:
         """Every worker's environment (on one machine also: where the sim and journal are)."""
@@ -270,14 +282,16 @@ class GpuPool:
 
         if self._actor_cls is None:
             self._actor_cls = ray.remote(GpuWorker)
+        tpu = self._resource == "TPU"  # a TPU chip is Ray's "TPU" resource, not a GPU
         options: dict[str, Any] = {
-            "num_gpus": 1,
+            "num_gpus": 0 if tpu else 1,
             "num_cpus": self.settings.num_cpus,
             "max_restarts": 0,  # the supervisor replaces workers itself, and records why
             "runtime_env": {"env_vars": self._worker_env()},
         }
-        if self.settings.resources:
-            options["resources"] = dict(self.settings.resources)
+        if self.settings.resources or tpu:
+            options["resources"] = {**({"TPU": 1} if tpu else {}),
+                                    **(self.settings.resources or {})}
         if node_id is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -314,7 +328,7 @@ class GpuPool:
         self._start_ray()  # first: Ray reads its loopback-only switch when first imported
         import ray
 
-        total = int(ray.cluster_resources().get("GPU", 0))
+        total = int(ray.cluster_resources().get(self._resource, 0))
         if total <= 0:
             raise UserError(
                 f"the Ray cluster at {self.settings.address} declares no GPUs: start its nodes "

@@ -70,7 +70,8 @@ def resume_of(rows: Sequence[Mapping[str, Any]], repeats: int, retry: str) -> Re
     again = {
         "never": False,
         "not_measured": Status.NOT_MEASURED in statuses,
-        "failed": statuses != {Status.OK},
+        # out of memory at this size stays so: only a smaller size (a new trial key) runs
+        "failed": bool(statuses - {Status.OK, Status.OUT_OF_MEMORY}),
     }[retry]
     return Resume(run=again, attempt=latest + 1, rows=last)
 

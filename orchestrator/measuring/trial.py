@@ -60,10 +60,19 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from orchestrator import interrupt
-from orchestrator.config import COMMAND
+from orchestrator.config import AUTO_SIZE, COMMAND
 from orchestrator.devices.base import Device, KernelWork
 from orchestrator.errors import DeviceError, DeviceLostError, UserError
 from orchestrator.measuring.guard import SettingsGuard
+from orchestrator.measuring.memory import (
+    HostPeak,
+    OutOfMemory,
+    Plan,
+    held_budget,
+    is_out_of_memory,
+    oom_reason,
+    plan_trial,
+)
 from orchestrator.measuring.phases import fill_phases, timed
 from orchestrator.measuring.thermal import steady_start
 from orchestrator.measuring.window import (
@@ -99,6 +108,8 @@ class TrialContext:
     sweep_id: str = ""
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     on_kernel_calls: Callable[[], None] | None = None  # called before a trial's first call
+    # the size workload.size=auto chose per (workload, framework, dtype): kept for the sweep
+    sizes: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
 
 def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[str, Any]]:
@@ -123,13 +134,19 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
         fail_rows(rows, base, job.repeats, Status.NOT_MEASURED, f"not run: {health.reason}")
         return rows
     held: list[Held] = []  # each window's checks, compared once the device is back
+    plan: Plan | None = None
+    host_peak = HostPeak()
+    host_peak.start()
     try:
         interrupt.check()  # a SIGTERM whose KeyboardInterrupt Python dropped stops the sweep here
+        preset, plan = _plan(ctx, job, base)  # before anything is set: refused if it cannot fit
         with timed(phases, "settings"):
             ctx.guard.apply(job.request)
             device.idle(job.config.measure.settle_s)
-        _measure(ctx, job, base, rows, phases, held)
+        _measure(ctx, job, base, rows, phases, held, preset, plan)
         interrupt.check()  # ... or here: the guard may have put the GPU back mid-window
+    except OutOfMemory as e:  # refused before anything was set
+        fail_rows(rows, base, job.repeats, Status.OUT_OF_MEMORY, f"not run: {e}")
     except SimulatedCrash as e:
         fail_rows(rows, base, job.repeats, Status.CRASH, str(e))
     except DeviceLostError as e:
@@ -140,8 +157,7 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
     except DeviceError as e:
         fail_rows(rows, base, job.repeats, Status.DEVICE_ERROR, str(e))
     except Exception as e:  # noqa: BLE001 - a kernel that raised is a crashed trial, not a crashed sweep
-        error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
-        fail_rows(rows, base, job.repeats, Status.CRASH, error)
+        _fail_kernel(rows, base, job, e, plan)
     finally:
         try:
             with timed(phases, "restore"):
@@ -149,9 +165,67 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
         except DeviceError as e:  # the journal keeps the entry; `dvfs restore` finishes the job
             for row in rows:
                 row["error"] = (row.get("error") or "") + f" | restore failed: {e}"
-    _compare_held(held, job)  # at the device's own setting, not the one under test
+    _compare_held(held, job, plan)  # at the device's own setting, not the one under test
     fill_phases(rows, phases)
+    _fill_host_peak(rows, host_peak)
     return rows
+
+
+def _fail_kernel(rows: list[dict[str, Any]], base: dict[str, Any], job: JobSpec,
+                 e: Exception, plan: Plan | None) -> None:
+    """A kernel that raised: out of memory (device or host) is its own status, else a crash."""
+    if is_out_of_memory(e):
+        fail_rows(rows, base, job.repeats, Status.OUT_OF_MEMORY, oom_reason(e, plan))
+        return
+    error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
+    fail_rows(rows, base, job.repeats, Status.CRASH, error)
+
+
+def _plan(ctx: TrialContext, job: JobSpec, base: dict[str, Any]) -> tuple[str, Plan | None]:
+    """The size the kernel computes and its memory plan (``measuring.memory``), recorded in
+    ``base``; every other kernel's arrays are released first, so the free memory read is what
+    this trial may take.
+
+    Raises:
+        OutOfMemory: the size (or, for ``auto``, every size) does not fit.
+    """
+    from orchestrator.results.jobs import validate_workload
+
+    cfg, device = job.config, ctx.device
+    spec = validate_workload(cfg)
+    base.update(size_requested=cfg.workload.size,
+                check_arithmetic=device.float32_matmul_default(cfg.framework.name))
+    cache = ctx.kernels
+    if not hasattr(cache, "release_others"):  # a stand-in cache: its kernels know no footprint
+        return cfg.workload.size, None
+    remembered = ctx.sizes.get((spec.name, cfg.framework.name, cfg.workload.dtype))
+    preset = remembered if cfg.workload.size == AUTO_SIZE else cfg.workload.size
+    options = kernel_options(spec.name, cfg, preset) if preset else None
+    cache.release_others(options)  # this kernel's arrays stay, to be used again
+    own = cache.resident_bytes(options) if options is not None else 0
+    device.model_allocation(0, cfg.framework.name)  # the sim: the process holds its arrays no more
+    try:
+        preset, plan = plan_trial(device, spec, cfg, preset, own)
+    except OutOfMemory as e:
+        base["footprint_note"] = str(e)
+        raise
+    if cfg.workload.size == AUTO_SIZE:  # the sweep's later trials compute the same size
+        ctx.sizes[(spec.name, cfg.framework.name, cfg.workload.dtype)] = preset
+    fp = plan.footprint
+    base.update(size=preset, footprint_bytes=fp.device if fp else None,
+                footprint_note=plan.note, device_free_bytes=plan.free)
+    return preset, plan
+
+
+def _fill_host_peak(rows: list[dict[str, Any]], peak: HostPeak) -> None:
+    """The trial's peak host memory on each of its rows (the process's since it started where
+    ``/proc/self/clear_refs`` could not reset it: the note says so)."""
+    value = peak.peak_bytes()
+    for row in rows:
+        row["host_peak_bytes"] = value
+        if value is not None and not peak.reset:
+            row["footprint_note"] = ((row.get("footprint_note") or "") +
+                                     "; host peak since the process started (clear_refs refused)")
 
 
 class Held(NamedTuple):
@@ -163,7 +237,7 @@ class Held(NamedTuple):
     workload: str  # the workload's own name (it chooses the tolerance)
 
 
-def _compare_held(held: list[Held], job: JobSpec) -> None:
+def _compare_held(held: list[Held], job: JobSpec, plan: Plan | None = None) -> None:
     """Compare each finished window's held samples with the reference, on the device, and
     judge its row; a window whose trial failed later is still judged (its row has no status)."""
     for row, checks, kernel, workload in held:
@@ -177,21 +251,22 @@ def _compare_held(held: list[Held], job: JobSpec) -> None:
             row.update(status=Status.DEVICE_ERROR, failed_by=failed_by(Status.DEVICE_ERROR),
                        error=f"comparison failed: {e}", valid=False)
         except Exception as e:  # noqa: BLE001 - a failed comparison fails its row, not the sweep
-            row.update(status=Status.CRASH, failed_by=failed_by(Status.CRASH), valid=False,
-                       error=f"comparison failed: {type(e).__name__}: {e}")
+            status = Status.OUT_OF_MEMORY if is_out_of_memory(e) else Status.CRASH
+            row.update(status=status, failed_by=failed_by(status), valid=False,
+                       error=f"comparison failed: {oom_reason(e, plan)}")
         checks.sampled.clear()  # the device memory goes back at once
         row["bytes_to_host"] = (row.get("bytes_to_host") or 0) + kernel.bytes_to_host - before
 
 
-def kernel_options(workload: str, cfg: DvfsConfig) -> KernelOptions:
-    """The kernel a job's config asks for: its workload by name, framework, size, dtype,
-    precision, seed and the framework's compile switches (TensorFlow's ``xla``, PyTorch's
-    ``compile`` and ``deterministic``)."""
+def kernel_options(workload: str, cfg: DvfsConfig, preset: str | None = None) -> KernelOptions:
+    """The kernel a job's config asks for: its workload by name, framework, size (``preset``
+    where given: the one ``auto`` chose), dtype, precision, seed and the framework's compile
+    switches (TensorFlow's ``xla``, PyTorch's ``compile`` and ``deterministic``)."""
     from kernels import KernelOptions
 
     fw = cfg.framework
     return KernelOptions(
-        workload, framework=fw.name, preset=cfg.workload.size, dtype=cfg.workload.dtype,
+        workload, framework=fw.name, preset=preset or cfg.workload.size, dtype=cfg.workload.dtype,
         precision=fw.precision, seed=int(cfg.seed), xla=bool(fw.xla),
         compile=bool(fw.compile), deterministic=bool(fw.deterministic),
     )
@@ -199,7 +274,7 @@ def kernel_options(workload: str, cfg: DvfsConfig) -> KernelOptions:
 
 def _measure(
     ctx: TrialContext, job: JobSpec, base: dict[str, Any], rows: list[dict[str, Any]],
-    phases: dict[str, float], held: list[Held],
+    phases: dict[str, float], held: list[Held], preset_run: str, plan: Plan | None,
 ) -> None:
     """Build and warm the kernel, then one window and its check run per repeat (rows appended,
     their checks into ``held``; the wall time of the build and the warm-up into ``phases``,
@@ -211,11 +286,11 @@ def _measure(
     cfg, device = job.config, ctx.device
     spec = validate_workload(cfg)
     used_before = device.memory_used_bytes()
-    kernel = ctx.kernels.get(kernel_options(spec.name, cfg))
+    kernel = ctx.kernels.get(kernel_options(spec.name, cfg, preset_run))
     base["framework_version"] = kernel.framework_version
     base["versions"] = library_versions(cfg.framework.name)
     sim_sized = device.identity.backend == "sim" and bool(cfg.workload.sim_size)
-    preset = cfg.workload.sim_size if sim_sized else cfg.workload.size
+    preset = cfg.workload.sim_size if sim_sized else preset_run
     # The analytic counts stay the useful work of a call (throughput, energy per TFLOP);
     # the compiled work is what the device is charged (on the sim) or what it ran.
     counts = spec.counts(preset=preset, dtype=cfg.workload.dtype)
@@ -234,8 +309,8 @@ def _measure(
     with timed(phases, "compare"):  # the reference, computed once per kernel (and so per sweep)
         kernel.reference()
     samples, samples_note = held_samples(
-        m.reference_samples, getattr(kernel, "output_bytes", 0), m.held_outputs_gib * 2**30,
-        m.repeats)
+        m.reference_samples, getattr(kernel, "output_bytes", 0),
+        held_budget(plan.free if plan else None, m), m.repeats)
     base.update(samples_note=samples_note)
     for repeat in range(m.repeats):
         row = dict(base, repeat=repeat, started_at=time.time())
@@ -249,6 +324,7 @@ def _measure(
         if window.measurement.method == "none":
             row["energy_note"] = device.capabilities().energy_note or "no energy sensor"
         row["temperature_c"] = device.temperature_c()
+        row.update(device.window_readings())  # a TPU's runtime metrics, where libtpu has them
         _fill_memory(row, kernel, memory, (used_before, device.memory_used_bytes()))
         row.update(bytes_to_host=kernel.bytes_to_host - bytes_before, ended_at=time.time())
         held.append(Held(row, window.checks, kernel, spec.name))

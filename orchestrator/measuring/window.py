@@ -20,7 +20,8 @@ A window times the device, not the host. Judged by what each line would cost on 
   The few sampled outputs for the float64 reference check (calls 1, 2, 4, ... and the last) stay
   on the device, held until the trial compares them there (``kernels/compare.py``) once the guard
   has put the device back: a check is not computed by the setting under test. How many are held
-  is bounded by ``measure.held_outputs_gib`` over all of a trial's windows
+  is bounded by ``measure.held_outputs_share`` of the device's free memory (and
+  ``measure.held_outputs_gib`` where set) over all of a trial's windows
   (:func:`held_samples`); fewer samples, never an out-of-memory crash, and the row says so.
 
 Even an on-device fingerprint is a pass over the output unless XLA fuses it into the kernel's own
@@ -91,7 +92,8 @@ def held_samples(reference_samples: int, output_bytes: int, budget_bytes: float,
     return held, (
         f"{held + 1} of {reference_samples + 1} sampled outputs held per window: "
         f"{windows} window(s) of {output_bytes / 2**30:.2f} GiB outputs within "
-        f"measure.held_outputs_gib={budget_bytes / 2**30:g}"
+        f"{budget_bytes / 2**30:.3g} GiB (measure.held_outputs_share of the free device memory, "
+        f"at most measure.held_outputs_gib)"
     )
 
 

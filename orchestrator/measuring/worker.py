@@ -179,7 +179,10 @@ class GpuWorker:
         if ray_gpu_id is None:
             import ray
 
-            ids = ray.get_gpu_ids()
+            backend = dict(device_cfg).get("backend") if hasattr(device_cfg, "keys") else getattr(
+                device_cfg, "backend", None)
+            ids = (ray.get_runtime_context().get_accelerator_ids().get("TPU") or []
+                   if backend == "tpu" else ray.get_gpu_ids())
             if not ids:
                 raise RuntimeError("this worker holds no GPU: create it with num_gpus=1")
             ray_gpu_id = ids[0]

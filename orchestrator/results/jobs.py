@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import (
+    AUTO_SIZE,
     COMMAND,
     PER_JOB_KEYS,  # the device keys the jobs of one machine may differ in
     DeviceConfig,
@@ -118,7 +119,9 @@ def validate_workload(cfg: DvfsConfig) -> KernelSpec | None:
     try:
         spec = load_workload(cfg.workload.name, getattr(cfg.workload, "target", None))
         check_framework(spec, cfg.framework.name)
-        spec.validate(cfg.workload.size, cfg.workload.dtype, cfg.framework.precision)
+        size = cfg.workload.size
+        spec.validate(spec.presets[0] if size == AUTO_SIZE else size, cfg.workload.dtype,
+                      cfg.framework.precision)
         if cfg.workload.sim_size is not None:
             spec.validate(cfg.workload.sim_size, cfg.workload.dtype, cfg.framework.precision)
     except KernelOptionError as e:

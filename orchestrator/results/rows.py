@@ -18,6 +18,11 @@ Three rules live here because everything downstream must agree on them:
   from outside before its first kernel call or its node was lost). A not-measured row is a
   record, not a result: a re-run measures it again (``launching.resume``), the search takes it
   as no evidence, and the report lists it as not measured, apart from every failure.
+- ``out_of_memory``: the workload at its size did not fit the device's free memory (refused
+  before anything was set, or the framework ran out of device or host memory in the trial);
+  ``failed_by`` is ``memory``. It says nothing about the setting: the search takes it as no
+  evidence, the report lists it apart, and a re-run does not run it again at the same size
+  (a smaller ``workload.size``, or ``auto``, is a new trial).
 - ``validity``: whether a measured window shows what was asked (the clock locked, no thermal
   throttling, enough energy-counter updates). An invalid row is kept and flagged, never mixed
   into a front.
@@ -59,6 +64,7 @@ class Status(StrEnum):
     DEVICE_ERROR = "device_error"
     NOT_MEASURED = "not_measured"
     INTERRUPTED = "interrupted"  # `dvfs monitor`: the user stopped the command (what ran is kept)
+    OUT_OF_MEMORY = "out_of_memory"  # the size did not fit the device's (or host's) free memory
 
 
 SETTING_FAILURES = frozenset(
@@ -80,6 +86,8 @@ def failed_by(status: str | None) -> str | None:
         return "device"
     if status in (Status.NOT_MEASURED, Status.INTERRUPTED):
         return "circumstances"
+    if status == Status.OUT_OF_MEMORY:
+        return "memory"
     return None
 
 
@@ -179,7 +187,15 @@ class TrialRow:
     check_time_s: float | None = None
     outputs_sampled: int | None = None  # outputs held for the reference check
     outputs_compared: int | None = None  # ... of which compared: bitwise-equal ones once
-    samples_note: str | None = None  # why fewer were held than asked (measure.held_outputs_gib)
+    samples_note: str | None = None  # why fewer were held than asked (measure.held_outputs_share)
+    check_arithmetic: str | None = None  # the device's float32 matmul at precision=default
+    size_requested: str | None = None  # workload.size as asked ("auto": size is what it chose)
+    footprint_bytes: int | None = None  # device memory the trial needs (measuring.memory)
+    footprint_note: str | None = None  # its parts: inputs, output, temporaries, reference, held
+    device_free_bytes: int | None = None  # free device memory before the trial (None: unknown)
+    host_peak_bytes: int | None = None  # the process's peak resident memory during the trial
+    tpu_duty_cycle_pct: float | None = None  # a TPU: libtpu's duty cycle after the window
+    tpu_tensorcore_util_pct: float | None = None  # ... and its tensor-core utilisation
     steady_note: str | None = None  # measure.steady_start did not get there in its time
     bytes_to_host: int | None = None  # outputs and check results copied to the host
     # where the trial's wall time went, in seconds (``PHASES``): the trial's own phases (build,
@@ -354,7 +370,8 @@ def fill_checks(
 
     cfg = job.config
     result = check_errors(
-        errors, checks.digests, cfg.workload.dtype, cfg.framework.precision, workload
+        errors, checks.digests, cfg.workload.dtype, cfg.framework.precision, workload,
+        arithmetic=row.get("check_arithmetic") or "tf32",
     )
     row.update(
         rel_error=float(result.rel_error),

@@ -283,7 +283,10 @@ class ThresholdSearch:
         top = len(self.values) - 1
         failing, candidate = self._bracket()
         if failing == top:
-            return self._finish(f"fails at the safest value searched ({self._fmt(top)})")
+            return self._finish(
+                f"fails at the safest value searched ({self._fmt(top)}): the check fails where "
+                "the device runs at its default, so no threshold is reported; check its "
+                "tolerance first (framework.precision, the rows' check_arithmetic)")
         if candidate is None:
             # Nothing above the failures passed cleanly yet: retry an inconclusive value, safest
             # first.

@@ -181,3 +181,14 @@ def test_not_measured_trials_are_listed_apart_and_a_later_attempt_replaces_one(t
     assert len(stored) == len(rows)  # each trial's latest attempt
     assert {(r["trial_key"], r["attempt"]) for r in stored if r["trial_key"] == retried[
         "trial_key"]} == {(retried["trial_key"], "2")}
+
+
+def test_out_of_memory_trials_are_listed_apart_from_the_failures(tmp_path, make_rows):
+    rows = make_rows(repeats=1, workloads=("gemm",), frameworks=("jax",),
+                     jax_fails_below_mhz=None)
+    rows[1] = {**rows[1], "status": "out_of_memory", "failed_by": "memory", "valid": False,
+               "error": "not run: gpu: needs 20 GiB of device memory (...), 15 GiB free"}
+    md = _report_md(tmp_path, rows)
+    oom = md.split("## Out of memory")[1].split("\n## ")[0]
+    assert "1 trial row(s) did not fit" in oom and "needs 20 GiB" in oom
+    assert "out_of_memory" not in md.split("## Failed and invalid trials")[1].split("\n## ")[0]

@@ -131,7 +131,7 @@ def test_every_status_says_who_failed():
     assert {s.value: failed_by(s) for s in Status} == {
         "ok": None, "wrong": "setting", "nondeterministic": "setting", "crash": "setting",
         "timeout": "setting", "device_error": "device", "not_measured": "circumstances",
-        "interrupted": "circumstances",
+        "interrupted": "circumstances", "out_of_memory": "memory",
     }
 
 
@@ -164,7 +164,7 @@ def _row(status, valid=True, iters=10, error=None, key="k"):
 
 def test_a_device_error_is_no_evidence_about_the_setting_and_a_crash_is():
     assert [fails_setting(s) for s in Status] == [False, True, True, True, True, False, False,
-                                                  False]
+                                                  False, False]
     assert not fails_setting(None)
     assert outcome_of([_row("device_error", error="GPU lost\nmore")]) == Outcome(
         None, 10, "device_error", "GPU lost"

@@ -35,6 +35,7 @@ from orchestrator.devices.base import (
     DeviceIdentity,
     DeviceSettings,
     Health,
+    MemoryInfo,
 )
 from orchestrator.devices.nvml.errors import nvml_errors, nvml_text, translate_nvml_error
 from orchestrator.devices.nvml.health import NvmlHealthMonitor
@@ -52,6 +53,7 @@ _ARCHITECTURES = {
     9: "hopper",
     10: "blackwell",
 }
+_TF32_ARCHITECTURES = frozenset({"ampere", "ada", "hopper", "blackwell"})
 
 class NvmlBackend:
     """An initialised NVML (real or simulated) and the devices it sees.
@@ -348,6 +350,21 @@ class NvmlDevice(Device):
     def temperature_c(self) -> int:
         """The GPU die temperature in degrees C."""
         return int(self._call("nvmlDeviceGetTemperature", self._nvml.NVML_TEMPERATURE_GPU))
+
+    def memory_info(self) -> MemoryInfo | None:
+        """NVML's total and free device memory (``nvmlDeviceGetMemoryInfo``, v1); None where
+        the board does not say."""
+        try:
+            info = self._call("nvmlDeviceGetMemoryInfo")
+        except DeviceNotSupportedError:
+            return None
+        return MemoryInfo(total_bytes=int(info.total), free_bytes=int(info.free))
+
+    def float32_matmul_default(self, framework: str) -> str:
+        """TF32 for JAX and TensorFlow on Ampere and later (their default float32 matmul uses
+        the tensor cores); FP32 for PyTorch (``allow_tf32`` is off by default) and before."""
+        tf32 = self.identity.architecture in _TF32_ARCHITECTURES
+        return "tf32" if tf32 and framework in ("jax", "tensorflow") else "float32"
 
     def memory_used_bytes(self) -> int | None:
         """NVML's used device memory in bytes (``nvmlDeviceGetMemoryInfo``, v1: the driver's
