@@ -131,6 +131,8 @@ class CompiledWork:
         transcendentals: exp, log, tanh... of one call (included in ``flops``, one each).
         kind: ``"conv"`` if the call convolves, else ``"matmul"`` if it multiplies matrices,
             else ``"elementwise"``: which achieved rate the simulated GPU charges its FLOPs at.
+        xla_memory: JAX only: XLA's memory analysis of the same compile, (argument, output,
+            temporary + code) bytes of one call (:func:`kernel_memory`); None elsewhere.
     """
 
     flops: float
@@ -141,6 +143,7 @@ class CompiledWork:
     analysis_s: float = 0.0
     transcendentals: float = 0.0
     kind: WorkKind = "elementwise"
+    xla_memory: tuple[int, int, int] | None = None
 
 
 _cache: dict[tuple[object, ...], CompiledWork] = {}
@@ -232,6 +235,7 @@ def _analyse(
         source,
         analysis_s=time.perf_counter() - start,
         transcendentals=float(counted.transcendentals), kind=counted.kind,
+        xla_memory=counted.memory,
     )
 
 
@@ -243,6 +247,7 @@ class Counted(NamedTuple):
     launches: int
     transcendentals: float
     kind: WorkKind
+    memory: tuple[int, int, int] | None = None  # XLA's memory analysis (CompiledWork.xla_memory)
 
 
 # --- XLA ------------------------------------------------------------------------------------
@@ -252,8 +257,8 @@ def _narrowed(analyse: Any, spec: KernelSpec, size: Any, dtype: str, precision: 
     (:data:`NARROW_DTYPES`), the float32 program's count with its bytes at the narrow width."""
     if dtype not in NARROW_DTYPES or not on_cpu:
         return analyse(spec, size, dtype, precision)
-    wide = analyse(spec, size, "float32", "default")
-    return wide._replace(bytes_moved=wide.bytes_moved * NARROW_DTYPES[dtype] / 4)
+    wide = analyse(spec, size, "float32", "default")  # its memory is not the narrow program's
+    return wide._replace(bytes_moved=wide.bytes_moved * NARROW_DTYPES[dtype] / 4, memory=None)
 
 
 def _jax_on_cpu() -> bool:
@@ -331,17 +336,14 @@ def _jax_work(spec: KernelSpec, size: Any, dtype: str, precision: str) -> Counte
     args = [jax.ShapeDtypeStruct(shape, np_dtype) for shape in spec.shapes_fn(size)]
     with fw.jax_precision_scope(precision):
         compiled = jax.jit(spec.jax_fn(size)).lower(*args).compile()
+    counted = xla_work(compiled.cost_analysis(), compiled.as_text())
     try:  # the same compile answers the memory question (kernel_memory)
         stats = compiled.memory_analysis()
-        _xla_memory[(spec.name, repr(size), dtype, precision)] = (
+        return counted._replace(memory=(
             int(stats.argument_size_in_bytes), int(stats.output_size_in_bytes),
-            int(stats.temp_size_in_bytes) + int(stats.generated_code_size_in_bytes))
+            int(stats.temp_size_in_bytes) + int(stats.generated_code_size_in_bytes)))
     except Exception:  # noqa: BLE001 - a backend without memory analysis: the estimate stands
-        pass
-    return xla_work(compiled.cost_analysis(), compiled.as_text())
-
-
-_xla_memory: dict[tuple[str, str, str, str], tuple[int, int, int]] = {}
+        return counted
 
 
 @dataclass(frozen=True)
@@ -380,8 +382,7 @@ def kernel_memory(
     itemsize = fw.numpy_dtype(dtype).itemsize
     inputs = sum(int(_prod(shape)) * itemsize for shape in spec.shapes_fn(size))
     if framework == "jax":
-        compiled_work(spec, "jax", preset, dtype, precision, variant=variant)
-        found = _xla_memory.get((spec.name, repr(size), dtype, precision))
+        found = compiled_work(spec, "jax", preset, dtype, precision, variant=variant).xla_memory
         if found is not None:
             args, output, temporaries = found
             return KernelMemory(max(args, inputs), output, temporaries, "xla_memory_analysis")

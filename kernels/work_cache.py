@@ -66,7 +66,7 @@ def load(key: str, kind: type[CompiledWork]) -> CompiledWork | None:
         return None
     try:
         fields = json.loads((folder / f"{key}.json").read_text())
-        return kind(**fields)
+        return kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
     except (OSError, ValueError, TypeError):
         return None
 
