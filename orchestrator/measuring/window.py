@@ -40,6 +40,7 @@ timed window is seen by nothing, as on hardware: detection is the check run's jo
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -82,8 +83,9 @@ def held_samples(reference_samples: int, output_bytes: int, budget_bytes: float,
     """How many of calls 1, 2, 4, ... each window holds for the reference check (the last call
     is held besides), so that ``windows`` windows' sampled outputs fit ``budget_bytes`` of
     device memory; and, when fewer than asked, why (for the row). The last is always held; an
-    output of unknown size (0 bytes: a stand-in kernel) holds what is asked."""
-    if output_bytes <= 0:
+    output of unknown size (0 bytes: a stand-in kernel), or no bound (an infinite budget: the
+    device's free memory unknown and no cap), holds what is asked."""
+    if output_bytes <= 0 or math.isinf(budget_bytes):
         return int(reference_samples), None
     fit = int(budget_bytes // output_bytes) // max(windows, 1) - 1
     held = max(0, min(int(reference_samples), fit))

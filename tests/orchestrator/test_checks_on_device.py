@@ -130,6 +130,7 @@ def test_the_comparison_runs_once_the_guard_has_put_the_device_back(run):
         (4, 2**30, 2**30, 1, 0),  # the last alone
         (4, 2**30, 0, 1, 0),  # over budget: the last is held all the same
         (4, 0, 0, 3, 4),  # a stand-in kernel that says nothing of its output
+        (4, 2**30, float("inf"), 2, 4),  # free memory unknown and no cap: no bound
     ],
 )
 def test_held_samples_fit_the_budget_and_say_when_fewer(samples, output_bytes, budget, windows,

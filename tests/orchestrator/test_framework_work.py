@@ -72,7 +72,7 @@ def test_a_kernel_that_cannot_say_is_charged_the_analytic_counts_and_the_row_say
     rows, _ = run("workload=stencil", kernels=WithoutCompiledWork(kernel_cache))
     (row,) = rows
     analytic = get_spec("stencil").counts("gpu")
-    assert row["status"] == "ok"
+    assert row["status"] == "ok", row["error"]
     assert row["work_source"] == "analytic" and "no compiled work" in row["work_note"]
     assert (row["charged_flops"], row["charged_bytes"], row["charged_launches"]) == (
         analytic.flops, analytic.bytes_moved, 1,
