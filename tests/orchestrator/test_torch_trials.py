@@ -7,7 +7,7 @@ import math
 import pytest
 
 from kernels import get_spec
-from orchestrator.devices.sim.memory import process_bytes
+from orchestrator.devices.sim.memory import allocator_pool_bytes, process_bytes
 
 
 def _trial(run, *overrides):
@@ -39,6 +39,7 @@ def test_a_pytorch_row_carries_the_modelled_peak_and_nvml_memory_of_its_trial(ru
     assert row["memory_source"] == "sim model: footprint at sim_size"
     assert row["peak_memory_bytes"] == in_use
     assert row["framework_peak_bytes"] is None  # PyTorch keeps no peak on the CPU it ran on
-    # NVML: the context and the caching allocator's pool (the peak in 2 MiB granules).
+    # NVML: the worker holds its context from the trial's plan on (it asked its GPU what is
+    # free), so the kernel adds the caching allocator's pool (the peak in 2 MiB granules).
     assert row["memory_used_after_bytes"] - row["memory_used_before_bytes"] == process_bytes(
-        in_use, "pytorch")
+        in_use, "pytorch") - process_bytes(0, "pytorch") == allocator_pool_bytes(in_use, "pytorch")
