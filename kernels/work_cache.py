@@ -4,15 +4,18 @@ Analysing what a framework compiles (:func:`kernels.cost.compiled_work`) costs s
 workload: XLA compiles ResNet-50's training step at the study's batch in ~10 s, TensorFlow's graph
 is walked op by op, PyTorch's ops are dispatched one by one. A process keeps each result in memory;
 this keeps it on disk too, so that every Ray worker of a sweep (one per GPU), every resumed sweep
-and every later sweep of the same workload reads it instead of compiling it again: on an 8-GPU node
-``experiment=seed_models`` analysed its nine (model, framework) pairs once per worker, ~10 min of
-CPU per start.
+and every later sweep of the same workload reads it instead of compiling it again.
+``experiment=seed_models`` analyses nine (model, framework) pairs: 51 s of CPU in a fresh process
+(9 s read back from disk, mostly the frameworks' imports), once per worker: on an 8-GPU node, 7
+min of CPU per start.
 
 A result is kept under a key of everything it depends on: the options it was asked with, the
-size they name, the framework's version, and the source of the modules that define the workload's
-functions and of the analysis itself (``kernels/cost.py``, ``kernels/frameworks.py``); a change in
-any of them is a new key. Only a framework's own figures are kept, never the analytic fallback a
-failed analysis gives (it may fail for a reason that passes).
+size they name, the framework's version, the backend XLA compiles for here (a GPU's program is
+not the CPU's: a home folder shared by a cluster's login and GPU nodes keeps both), and the
+source of the modules that define the workload's functions and of the analysis itself
+(``kernels/cost.py``, ``kernels/frameworks.py``); a change in any of them is a new key. Only a
+framework's own figures are kept, never the analytic fallback a failed analysis gives (it may fail
+for a reason that passes).
 
 Where: ``$DVFS_CACHE_DIR/work`` if set (empty: nothing is kept on disk), else
 ``$XDG_CACHE_HOME/dvfs-orchestrator/work`` (``~/.cache/...``). One small JSON file per result,
@@ -53,8 +56,10 @@ def cache_dir() -> Path | None:
 def key_of(spec: KernelSpec, framework: str, options: tuple[object, ...]) -> str:
     """The file name a result is kept under: a hash of all it depends on."""
     size = spec.sizes[options[0]][options[1]]
+    xla = bool(options[4])  # (preset, variant, dtype, precision, xla, compile)
     material = [spec.name, framework, [str(o) for o in options], repr(size),
-                _framework_version(framework), _sources_hash(_hook_files(spec))]
+                _framework_version(framework), _compiler_backend() if xla else "host",
+                _sources_hash(_hook_files(spec))]
     return hashlib.sha256(json.dumps(material).encode()).hexdigest()[:32]
 
 
@@ -109,6 +114,18 @@ def _sources_hash(files: tuple[str, ...]) -> str:
         except OSError:
             digest.update(b"?")
     return digest.hexdigest()
+
+
+@functools.cache
+def _compiler_backend() -> str:
+    """The platform JAX compiles for in this process (``cpu``, ``gpu``, ``tpu``), which XLA's
+    figures depend on (and TensorFlow's with XLA: it is compiled by the same XLA)."""
+    from kernels import frameworks as fw
+
+    try:
+        return str(fw.import_jax().default_backend())
+    except Exception:  # noqa: BLE001 - no JAX here: no XLA figures either
+        return "none"
 
 
 @functools.cache
