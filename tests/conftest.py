@@ -41,6 +41,28 @@ def pytest_unconfigure(config):
     shutil.rmtree(_SCRATCH, ignore_errors=True)
 
 
+_DEVICE_HIDING = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS")
+
+
+@pytest.fixture(autouse=True)
+def _no_test_leaves_the_devices_hidden():
+    """``device=cpu`` hides the GPUs process-wide (``CUDA_VISIBLE_DEVICES=""``); a test that
+    opens it in this process must put them back (monkeypatch), or every later test that starts
+    Ray with GPUs fails far from the cause. Such a test fails here, and the variables are put
+    back for the rest of the session."""
+    before = {name: os.environ.get(name) for name in _DEVICE_HIDING}
+    yield
+    changed = {name: os.environ.get(name) for name in _DEVICE_HIDING
+               if os.environ.get(name) != before[name]}
+    for name in changed:
+        if before[name] is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before[name]
+    if changed:
+        pytest.fail(f"the test left {changed} set in the test process (was {before})")
+
+
 @pytest.fixture
 def sim_dir(tmp_path, monkeypatch):
     """A fresh simulated machine's state directory, exported as DVFS_SIM_STATE_DIR."""

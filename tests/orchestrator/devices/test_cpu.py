@@ -289,7 +289,8 @@ def test_the_backend_holds_one_device_found_by_index_or_uuid(tmp_path):
 
 def test_open_backend_opens_the_cpu_with_its_powercap_root_and_hides_gpus(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.setenv("JAX_PLATFORMS", "unset below")  # recorded, so put back after
+    monkeypatch.delenv("JAX_PLATFORMS")
     zone(tmp_path, "intel-rapl:0", 2_000_000)
     backend = open_backend({"backend": "cpu", "powercap_root": str(tmp_path)})
     assert isinstance(backend, CpuBackend)
