@@ -323,36 +323,39 @@ def memory(doc: Doc, d: ReportData) -> None:
 def not_measured(doc: Doc, d: ReportData) -> None:
     """The trials that measured nothing (their GPU was unhealthy, their worker was killed from
     outside): no result, no failure, listed apart; absent when there are none."""
-    rows = d.df[d.df["status"] == NOT_MEASURED]
-    if not len(rows):
-        return
-    doc.h(2, "Not measured")
-    doc.p(f"{len(rows)} trial row(s) measured nothing, because of the circumstances and not the "
-          "setting: they are neither results nor failures, and are left out of the fronts, the "
-          "recommendations and the thresholds. Running the same command again measures them "
-          "(hydra.launcher.retry=not_measured, the default), as a new attempt beside these.")
-    shown = rows.assign(error=[(str(e)[:160] if not is_missing(e) else None)
-                               for e in rows["error"]])
-    doc.table(display(shown, ["workload", "framework", "device_name", "device_uuid",
-                              "sm_clock_max_mhz", "power_limit_w", "repeat", "attempt", "error",
-                              "trial_key"]).rename(columns=READABLE))
+    _set_apart(doc, d, NOT_MEASURED, "Not measured", (
+        "{n} trial row(s) measured nothing, because of the circumstances and not the "
+        "setting: they are neither results nor failures, and are left out of the fronts, the "
+        "recommendations and the thresholds. Running the same command again measures them "
+        "(hydra.launcher.retry=not_measured, the default), as a new attempt beside these."),
+        ["workload", "framework", "device_name", "device_uuid", "sm_clock_max_mhz",
+         "power_limit_w", "repeat", "attempt", "error", "trial_key"], error_chars=160)
 
 
 def out_of_memory(doc: Doc, d: ReportData) -> None:
     """The trials whose size did not fit the device's (or the host's) memory: no evidence about
     their setting, listed apart from the failures; absent when there are none."""
-    rows = d.df[d.df["status"] == OUT_OF_MEMORY]
+    _set_apart(doc, d, OUT_OF_MEMORY, "Out of memory", (
+        "{n} trial row(s) did not fit the memory of their device or host at their "
+        "size: they say nothing about the setting, are left out of the fronts and the "
+        "thresholds, and a re-run does not run them again at the same size "
+        "(workload.size=auto picks the largest size that fits)."),
+        ["workload", "framework", "size", "device_name", "sm_clock_max_mhz", "power_limit_w",
+         "repeat", "error"], error_chars=200)
+
+
+def _set_apart(doc: Doc, d: ReportData, status: str, title: str, text: str,
+               columns: list[str], error_chars: int) -> None:
+    """A section of the rows of one status that are neither results nor failures (``text``
+    says why, ``{n}`` their count); absent when there are none."""
+    rows = d.df[d.df["status"] == status]
     if not len(rows):
         return
-    doc.h(2, "Out of memory")
-    doc.p(f"{len(rows)} trial row(s) did not fit the memory of their device or host at their "
-          "size: they say nothing about the setting, are left out of the fronts and the "
-          "thresholds, and a re-run does not run them again at the same size "
-          "(workload.size=auto picks the largest size that fits).")
-    shown = rows.assign(error=[(str(e)[:200] if not is_missing(e) else None)
+    doc.h(2, title)
+    doc.p(text.format(n=len(rows)))
+    shown = rows.assign(error=[(str(e)[:error_chars] if not is_missing(e) else None)
                                for e in rows["error"]])
-    doc.table(display(shown, ["workload", "framework", "size", "device_name", "sm_clock_max_mhz",
-                              "power_limit_w", "repeat", "error"]).rename(columns=READABLE))
+    doc.table(display(shown, columns).rename(columns=READABLE))
 
 
 def failures(doc: Doc, d: ReportData) -> None:
