@@ -604,6 +604,20 @@ def _torch_tensors(tree: Any) -> list[Any]:
     return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
 
 
+def _counting(ops: TorchOps) -> Any:
+    """A ``TorchDispatchMode`` that records every ATen op it sees into ``ops``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counting(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            ops.record(func, (args, kwargs), out)
+            return out
+
+    return Counting()
+
+
 def count_torch_ops(fn: Any, args: Any) -> TorchOps:
     """Run ``fn(*args)`` once eagerly under a ``TorchDispatchMode`` that counts every ATen op
     (forward and, for a training step, backward): see :class:`TorchOps`.
@@ -613,18 +627,8 @@ def count_torch_ops(fn: Any, args: Any) -> TorchOps:
         args: its tensor arguments.
     """
     fw.import_torch()
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     ops = TorchOps()
-
-    class Counting(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            ops.record(func, (args, kwargs), out)
-            return out
-
-    with Counting():
+    with _counting(ops):
         fn(*args)
     if ops.launches < 1:
         raise ValueError("the eager call launches no kernel")
@@ -733,20 +737,11 @@ def torch_call_work(
     Raises:
         ValueError: the call launched no kernel (nothing is lost: the call ran).
     """
-    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import FlopCounterMode
 
     ops = TorchOps()
-
-    class Counting(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            ops.record(func, (args, kwargs), out)
-            return out
-
     start = time.perf_counter()
-    with FlopCounterMode(display=False) as flop_counter, Counting():
+    with FlopCounterMode(display=False) as flop_counter, _counting(ops):
         out = fn(*args, **kwargs)
     flops = float(flop_counter.get_total_flops()) + ops.transcendentals
     work = CompiledWork(flops, ops.nbytes, max(ops.launches, 1), "torch_dispatch_ops",
