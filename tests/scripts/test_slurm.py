@@ -150,7 +150,11 @@ def sbatch(env: dict[str, str], root: Path, name: str, *overrides: str, wait: bo
 
 
 def stored(sweep: Path) -> list[tuple[str, str]]:
+    """The sweep's stored trials; none while the store's file exists but its table does not yet
+    (the driver creates the file, then the table: a poll can fall between the two)."""
     with sqlite3.connect(sweep / "trials.sqlite") as con:
+        if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'trials'").fetchone():
+            return []
         return con.execute("SELECT trial_key, status FROM trials").fetchall()
 
 
