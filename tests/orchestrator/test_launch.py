@@ -187,10 +187,13 @@ def test_a_busy_gpu_is_sent_its_next_trial_to_start_as_the_last_returns(
     assert all(sent) if queue_ahead else not any(sent)
 
 
-def test_a_trial_queued_behind_a_hung_one_never_ran_and_is_sent_to_the_new_worker(
+def test_a_hung_kernel_is_a_timeout_the_sweep_completes_and_the_trial_queued_behind_it_is_resent(
     sim4, tmp_path
 ):
-    d = tmp_path / "hang_queued"
+    """One sweep for both (each waits out a 30 s limit): the hung trial is killed at its limit,
+    not after its 300 s hang; the trial queued behind it never ran, so it is sent to the new worker
+    as its first attempt; every other trial is ok and the hung GPU is put back."""
+    d = tmp_path / "hang"
     rc = sweep(
         "hydra.launcher.placement=every",
         "hydra.launcher.timeout_s=30",  # a healthy tiny trial: < 8 s; beside two busy loops, 20
@@ -202,13 +205,21 @@ def test_a_trial_queued_behind_a_hung_one_never_ran_and_is_sent_to_the_new_worke
     assert rc == 0
     rows = stored(d)
     assert len(rows) == len({r["trial_key"] for r in rows}) == 8  # each job once on each GPU
-    gpu2 = [r for r in rows if r["device_uuid"] == uuids_in_pci_order(sim4)[2]]
-    (timed_out,) = [r for r in gpu2 if r["status"] == "timeout"]
-    (after,) = [r for r in gpu2 if r["status"] == "ok"]
+    assert sorted(r["status"] for r in rows) == ["ok"] * 7 + ["timeout"]
+    gpu2 = uuids_in_pci_order(sim4)[2]
+    (timed_out,) = [r for r in rows if r["status"] == "timeout"]
+    assert timed_out["device_uuid"] == gpu2 and "30 s" in timed_out["error"]
+    launch = timed_out["launch"]  # killed at its 30 s limit, not after the 300 s hang
+    # (the limit counts on the monotonic clock from just before the call is sent; dispatched_at is
+    # the wall clock just after it: a few ms of the two clocks' difference are not early)
+    assert 30 - 0.05 <= launch["killed_at"] - launch["dispatched_at"] < 90
+    (after,) = [r for r in rows if r["device_uuid"] == gpu2 and r["status"] == "ok"]
     # queued behind the hung trial, it was taken back and sent again after the kill
-    assert after["launch"]["dispatched_at"] > timed_out["launch"]["killed_at"]
-    assert after["launch"]["worker_pid"] != timed_out["launch"]["worker_pid"]
+    assert after["launch"]["dispatched_at"] > launch["killed_at"]
+    assert after["launch"]["worker_pid"] != launch["worker_pid"]
     assert after["attempt"] == 1  # its first run: the queued call never ran
+    assert sim_gpu(sim4, 2)["locked_sm_mhz"] is None  # the new worker restored it as it started
+    assert not list((sim4 / "journal").glob("*.json"))
 
 
 def _when_a_trial_runs(journal: Path, then) -> None:
@@ -401,30 +412,6 @@ def test_a_worker_killed_mid_trial_is_a_crash_and_its_gpu_is_restored(sim4, tmp_
     assert "restored" in err and "left changed by a killed worker" in err  # by the new worker
     state = sim_gpu(sim4, 1)
     assert state["locked_sm_mhz"] is None and state["power_limit_w"] == 400
-    assert not list((sim4 / "journal").glob("*.json"))
-
-
-def test_a_hung_kernel_is_a_timeout_and_the_sweep_completes(sim4, tmp_path):
-    d = tmp_path / "hang"
-    rc = sweep(
-        "hydra.launcher.placement=every",
-        "hydra.launcher.timeout_s=30",  # a healthy tiny trial: < 8 s; beside two busy loops, 20
-        "device.sm_clock_mhz=1065",
-        "device.inject={hang_s:300,gpu:2}",
-        "seed=14",
-        f"hydra.sweep.dir={d}",
-    )
-    assert rc == 0
-    rows = stored(d)
-    gpu2 = uuids_in_pci_order(sim4)[2]
-    assert sorted(r["status"] for r in rows) == ["ok", "ok", "ok", "timeout"]
-    (timed_out,) = [r for r in rows if r["status"] == "timeout"]
-    assert timed_out["device_uuid"] == gpu2 and "30 s" in timed_out["error"]
-    launch = timed_out["launch"]  # killed at its 30 s limit, not after the 300 s hang
-    # (the limit counts on the monotonic clock from just before the call is sent; dispatched_at is
-    # the wall clock just after it: a few ms of the two clocks' difference are not early)
-    assert 30 - 0.05 <= launch["killed_at"] - launch["dispatched_at"] < 90
-    assert sim_gpu(sim4, 2)["locked_sm_mhz"] is None  # the new worker restored it as it started
     assert not list((sim4 / "journal").glob("*.json"))
 
 

@@ -101,17 +101,20 @@ def test_a_bad_workload_is_one_line_exit_2_before_anything_runs(tmp_path, args, 
 
 def test_seed_models_compares_the_frameworks_on_each_model_and_reports_memory(tmp_path):
     d = tmp_path / "seed_models"
-    out = dvfs(tmp_path, "sweep", "-m", "experiment=seed_models", "quiet=true",
-               "hydra.launcher.progress=false", f"hydra.sweep.dir={d}", timeout=1500)
+    # every model in every framework, at the default setting and one locked clock of the
+    # experiment's four (a model's first trial, its build, is most of the time: ~10 s each)
+    out = dvfs(tmp_path, "sweep", "-m", "experiment=seed_models", "device.sm_clock_mhz=null,1110",
+               "quiet=true", "hydra.launcher.progress=false", f"hydra.sweep.dir={d}",
+               timeout=1500)
     assert out.returncode == 0, out.stderr
     rows = rows_of(d)
-    assert len(rows) == 3 * 3 * 4
+    assert len(rows) == 3 * 3 * 2
     assert {r["workload"] for r in rows} == {"resnet50_train", "bert_train", "vit_train"}
     assert {r["framework"] for r in rows} == {"jax", "tensorflow", "pytorch"}
     assert {r["work_source"] for r in rows if r["framework"] == "pytorch"} == {
         "torch_dispatch_ops"}  # eager, as the study's PyTorch 1.13 ran
     ok = [r for r in rows if r["status"] == "ok"]
-    assert len(ok) >= 30
+    assert len(ok) >= 15
     for r in ok:
         assert r["rate_unit"] == "samples/s" and r["items_per_call"] in (256, 32, 64)
         assert r["memory_source"].startswith("sim model")
