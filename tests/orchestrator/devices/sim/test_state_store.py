@@ -6,6 +6,8 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -184,42 +186,64 @@ def bump_padded(width: int):
 
 
 def _loop_updates(root, width: int, started_w: int) -> None:
-    """In a forked child: update GPU 0 as fast as it can until killed."""
+    """In a forked child: update GPU 0 as fast as it can until killed; its pid, a line on
+    ``started_w``, says its first update is in."""
     try:
         m = Machine(root)
         m.update(0, bump_padded(width))
-        os.write(started_w, b"x")
+        os.write(started_w, b"%d\n" % os.getpid())
         while True:
             m.update(0, bump_padded(width), sync=random.random() < 0.01)
     finally:
         os._exit(1)
 
 
+# The writers are forked from a small process of their own, not from pytest's: a fork of a pytest
+# process that has loaded TensorFlow and PyTorch costs ~100 ms (the 450 kills took 59 s in the
+# whole suite, 9 s alone), and forking a process that runs JAX's threads can deadlock.
+FORKER = """
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("state_store_tests", sys.argv[1])
+tests = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tests)
+while sys.stdin.readline():  # a line: fork one writer; its pid comes from it, then its status
+    pid = os.fork()
+    if pid == 0:
+        tests._loop_updates(sys.argv[2], int(sys.argv[3]), 1)
+    os.write(1, b"%d\\n" % os.waitpid(pid, 0)[1])
+"""
+
+
 def test_processes_killed_at_random_instants_never_leave_a_torn_state(machine):
     width = 1_000  # with the pad, a ~730 kB state: a write is long enough to be killed inside
     rng = random.Random(14)
     last, torn_slots = 0, 0
-    for _ in range(450):  # 150 kills left no torn slot in 1 run of 3 (a quiet CI run among them)
-        started_r, started_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(started_r)
-            _loop_updates(machine.state_dir, width, started_w)
-        os.close(started_w)
-        assert os.read(started_r, 1) == b"x"
-        os.close(started_r)
-        time.sleep(rng.uniform(0, 0.004))
-        os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-        s = Machine(machine.state_dir).read(0)
-        assert_whole(s, width)
-        assert s["pad"] == f"{s['n']:08d}" * PAD_REPEATS
-        assert s["n"] > last  # every child got at least its first update in
-        last = s["n"]
-        store = store_of(machine, 0)
-        torn_slots += sum(store.valid_payload(k) is None for k in (0, 1))
+    forker = subprocess.Popen([sys.executable, "-c", FORKER, __file__, str(machine.state_dir),
+                               str(width)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, bufsize=1)
+    try:
+        for _ in range(450):  # 150 kills left no torn slot in 1 run of 3 (a quiet CI run too)
+            forker.stdin.write("fork\n")
+            pid = int(forker.stdout.readline())  # its first update is in
+            time.sleep(rng.uniform(0, 0.004))
+            os.kill(pid, signal.SIGKILL)
+            status = int(forker.stdout.readline())
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+            last, torn_slots = _whole_after_a_kill(machine, width, last, torn_slots)
+    finally:
+        forker.kill()
+        forker.wait()
     assert torn_slots > 0, "no kill landed inside a write: the test did not test the tear"
+
+
+def _whole_after_a_kill(machine, width: int, last: int, torn_slots: int) -> tuple[int, int]:
+    """What a fresh reader sees after a writer was killed: a whole state, newer than the last."""
+    s = Machine(machine.state_dir).read(0)
+    assert_whole(s, width)
+    assert s["pad"] == f"{s['n']:08d}" * PAD_REPEATS
+    assert s["n"] > last  # every child got at least its first update in
+    store = store_of(machine, 0)
+    return s["n"], torn_slots + sum(store.valid_payload(k) is None for k in (0, 1))
 
 
 # --- concurrent writers -----------------------------------------------------------------------
