@@ -215,3 +215,20 @@ def test_scancel_stops_the_sweep_restores_the_gpus_and_keeps_the_trials(slurm, t
     assert 1 <= len(kept) < 50
     assert all(g["locked_sm_mhz"] is None for g in sim_gpus(sim / "node-0")), log
     assert not ray_processes(port), "a Ray head outlived the cancelled job"
+
+
+@pytest.mark.parametrize("ray, says", [
+    ("/nonexistent/ray", "no ray command at '/nonexistent/ray'"),  # refused before any step
+    ("/bin/false", "the Ray head exited on"),  # the head's step ends: a client would wait for ever
+])
+def test_a_ray_head_that_cannot_start_ends_the_job_at_once_saying_why(slurm, tmp_path, ray, says):
+    env, root = slurm
+    sweep, sim, port = tmp_path / "sweep", tmp_path / "sim", free_port()
+    began = time.monotonic()
+    done, out = sbatch(dict(env, RAY=ray), root, f"nohead-{Path(ray).name}-{port}", *SWEEP,
+                       "device.sm_clock_mhz=1110", f"hydra.sweep.dir={sweep}", sim=sim, port=port)
+    log = out.read_text() if out.exists() else ""
+    assert done.returncode != 0 and f"dvfs.sbatch: {says}" in log, done.stderr + log
+    assert time.monotonic() - began < 120, "the job waited for a head that had exited"  # was: 600+
+    assert not (sweep / "trials.sqlite").exists()
+    assert not ray_processes(port)
