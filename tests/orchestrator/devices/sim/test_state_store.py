@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -185,13 +184,17 @@ def bump_padded(width: int):
     return change
 
 
-def _loop_updates(root, width: int, started_w: int) -> None:
+def _loop_updates(root, width: int, started_w: int, die_after_cpu_s: float | None = None) -> None:
     """In a forked child: update GPU 0 as fast as it can until killed; its pid, a line on
-    ``started_w``, says its first update is in."""
+    ``started_w``, says its first update is in. With ``die_after_cpu_s``, it is killed once it
+    has run that long on a CPU (SIGPROF, whose default action ends it where it stands, as
+    SIGKILL does: no handler, no cleanup)."""
     try:
         m = Machine(root)
         m.update(0, bump_padded(width))
         os.write(started_w, b"%d\n" % os.getpid())
+        if die_after_cpu_s is not None:
+            signal.setitimer(signal.ITIMER_PROF, die_after_cpu_s)
         while True:
             m.update(0, bump_padded(width), sync=random.random() < 0.01)
     finally:
@@ -206,15 +209,18 @@ import importlib.util, os, sys
 spec = importlib.util.spec_from_file_location("state_store_tests", sys.argv[1])
 tests = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tests)
-while sys.stdin.readline():  # a line: fork one writer; its pid comes from it, then its status
+while line := sys.stdin.readline():  # a line, its CPU time to live: fork one writer
     pid = os.fork()
     if pid == 0:
-        tests._loop_updates(sys.argv[2], int(sys.argv[3]), 1)
-    os.write(1, b"%d\\n" % os.waitpid(pid, 0)[1])
+        tests._loop_updates(sys.argv[2], int(sys.argv[3]), 1, float(line))
+    os.write(1, b"%d\\n" % os.waitpid(pid, 0)[1])  # after the writer's pid, its status
 """
 
 
 def test_processes_killed_at_random_instants_never_leave_a_torn_state(machine):
+    """Each writer dies at a random instant of its own CPU time, 0-12 ms after its first update
+    (an update takes ~6 ms): a kill timed on the wall clock from here lands, on a loaded machine,
+    mostly while the writer waits for a CPU between two updates, and tears nothing."""
     width = 1_000  # with the pad, a ~730 kB state: a write is long enough to be killed inside
     rng = random.Random(14)
     last, torn_slots = 0, 0
@@ -222,13 +228,11 @@ def test_processes_killed_at_random_instants_never_leave_a_torn_state(machine):
                                str(width)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, bufsize=1)
     try:
-        for _ in range(450):  # 150 kills left no torn slot in 1 run of 3 (a quiet CI run too)
-            forker.stdin.write("fork\n")
-            pid = int(forker.stdout.readline())  # its first update is in
-            time.sleep(rng.uniform(0, 0.004))
-            os.kill(pid, signal.SIGKILL)
+        for _ in range(450):
+            forker.stdin.write(f"{rng.uniform(0, 0.012)!r}\n")
+            forker.stdout.readline()  # its pid: its first update is in
             status = int(forker.stdout.readline())
-            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGPROF
             last, torn_slots = _whole_after_a_kill(machine, width, last, torn_slots)
     finally:
         forker.kill()
