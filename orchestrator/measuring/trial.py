@@ -189,10 +189,7 @@ def _plan(ctx: TrialContext, job: JobSpec, base: dict[str, Any]) -> tuple[str, P
     Raises:
         OutOfMemory: the size (or, for ``auto``, every size) does not fit.
     """
-    from orchestrator.results.jobs import validate_workload
-
-    cfg, device = job.config, ctx.device
-    spec = validate_workload(cfg)
+    cfg, device, spec = job.config, ctx.device, job.workload_spec
     base.update(size_requested=cfg.workload.size,
                 check_arithmetic=device.float32_matmul_default(cfg.framework.name))
     cache = ctx.kernels
@@ -279,12 +276,10 @@ def _measure(
     """Build and warm the kernel, then one window and its check run per repeat (rows appended,
     their checks into ``held``; the wall time of the build and the warm-up into ``phases``,
     each repeat's into its row)."""
-    from orchestrator.results.jobs import validate_workload
     from orchestrator.results.provenance import library_versions
 
     wall = time.perf_counter()
-    cfg, device = job.config, ctx.device
-    spec = validate_workload(cfg)
+    cfg, device, spec = job.config, ctx.device, job.workload_spec
     used_before = device.memory_used_bytes()
     kernel = ctx.kernels.get(kernel_options(spec.name, cfg, preset_run))
     base["framework_version"] = kernel.framework_version

@@ -365,7 +365,7 @@ class GpuWorker:
         ctx.sweep_id = sweep_id
         trace = trial_trace.begin(where, self.uuid, job.trial_key(self.uuid))
         ctx.on_kernel_calls = lambda: trial_trace.kernel_calls(where, self.uuid, trace)
-        inject.arm(job.config.device.inject, ctx.device, sweep_id=sweep_id,
+        inject.arm(job.inject, ctx.device, sweep_id=sweep_id,
                    workload=job.workload_name)
         started_at, t0 = time.time(), time.perf_counter()
         try:

@@ -14,7 +14,9 @@ sweep they belong to. Everything derived from it lives here, once, for both ways
   ``launching/resume.py``'s).
 
 A user's mistake (a typo'd choice, an unsupported size, a bad inject spec) is a ``UserError``
-raised by ``JobSpec.from_config`` before anything touches a device.
+raised by ``JobSpec.from_config`` before anything touches a device. A job is checked once, when
+it is made (``JobSpec.of``): what the checks found (the workload's ``KernelSpec``, the fault to
+inject) travels with it, so the worker and the trial read them and check nothing again.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -202,11 +204,16 @@ class JobSpec:
         config: the job's config (``hydra`` node excluded), typed.
         store_dir: the store its rows go to (None: not decided, e.g. a test's bare trial).
         sweep_id: stamped on every row.
+        workload_spec: the workload's ``kernels.Workload``, found and checked against the
+            config when the job was made (None for ``workload=command``, a program).
+        inject: ``device.inject`` as checked (``measuring.inject.validate``); None: no fault.
     """
 
     config: DvfsConfig
     store_dir: Path | None = None
     sweep_id: str = ""
+    workload_spec: KernelSpec | None = field(default=None, compare=False, repr=False)
+    inject: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_config(
@@ -226,12 +233,11 @@ class JobSpec:
         from orchestrator.config import validate_static
 
         validate_static(cfg)  # on the DictConfig: interpolations and unknown keys too
-        validate_workload(cfg)
         if OmegaConf.get_type(cfg) is not DvfsConfig:  # a plain dict config: type it first
             cfg = OmegaConf.merge(OmegaConf.structured(DvfsConfig), cfg)
         config = OmegaConf.to_object(cfg)
         assert isinstance(config, DvfsConfig)
-        return cls.of(config, default_store_dir)
+        return cls._checked(config, default_store_dir)
 
     @classmethod
     def of(cls, config: DvfsConfig, default_store_dir: str | Path | None = None) -> JobSpec:
@@ -244,11 +250,18 @@ class JobSpec:
             UserError: the first mistake found, on one line; nothing has touched a device.
         """
         from orchestrator.config import validate_static
-        from orchestrator.measuring import inject
 
         validate_static(config)
-        validate_workload(config)
-        inject.validate(config.device.inject, config.device.backend)
+        return cls._checked(config, default_store_dir)
+
+    @classmethod
+    def _checked(cls, config: DvfsConfig, default_store_dir: str | Path | None) -> JobSpec:
+        """The checks that span keys and need the registry, each once; the job that carries
+        what they found. ``config`` has passed ``validate_static``."""
+        from orchestrator.measuring import inject
+
+        workload_spec = validate_workload(config)
+        fault = inject.validate(config.device.inject, config.device.backend)
         if config.workload.name == COMMAND:
             config = _command_job(config)
         settings_request(config.device)  # a malformed setting is refused here, not on a GPU
@@ -256,7 +269,8 @@ class JobSpec:
         # A relative store is where the command was started (Hydra does not chdir: see
         # conf/config.yaml), made absolute now: a worker or a report elsewhere finds the same.
         store_dir = None if where is None else Path(where).absolute()
-        return cls(config, store_dir, _sweep_id_of(str(store_dir)) if store_dir else "")
+        return cls(config, store_dir, _sweep_id_of(str(store_dir)) if store_dir else "",
+                   workload_spec, fault)
 
     @cached_property
     def resolved(self) -> dict[str, Any]:
@@ -270,11 +284,9 @@ class JobSpec:
         workload = self.config.workload
         if workload.name == COMMAND:
             return command_label(workload)
-        if not workload.target:
+        if not workload.target or self.workload_spec is None:
             return workload.name
-        from kernels.registry import load_workload
-
-        return load_workload(workload.name, workload.target).name
+        return self.workload_spec.name
 
     @cached_property
     def request(self) -> SettingsRequest:
