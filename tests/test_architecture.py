@@ -31,6 +31,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
         "orchestrator.launching", "orchestrator.measuring", "orchestrator.results",
         "orchestrator.realgpu",
         "orchestrator.results.store", "orchestrator.results.provenance",
+        "orchestrator.results.columns",
         "orchestrator.realgpu.measured", "orchestrator.realgpu.check_summary",
         "orchestrator.launching.ray_calls", "orchestrator.launching.estimate",
         "orchestrator.measuring.phases", "orchestrator.testing",

@@ -47,7 +47,8 @@ from orchestrator.launching.resume import BatchStores
 from orchestrator.launching.scheduling import JobQueue, share_while_starting
 from orchestrator.launching.slot import Call, Slot, SlotState
 from orchestrator.progress import Progress, summarise
-from orchestrator.results.rows import JobResult, Status, failure_rows
+from orchestrator.results.columns import LaunchFacts
+from orchestrator.results.rows import JobResult, Status, add_launch, failure_rows
 
 if TYPE_CHECKING:
     from orchestrator.launching.batch import Job, JobStream
@@ -353,7 +354,7 @@ class Supervisor:
         self, slot: Slot, job: Job, rows: list[dict[str, Any]], extra: dict[str, Any]
     ) -> None:
         """Write a trial's rows to the store now, count the trial, print its summary."""
-        launch = {
+        launch: LaunchFacts = {
             "launcher": "ray_gpus",
             "host": slot.info.host,
             "node_id": slot.node_id,
@@ -365,8 +366,8 @@ class Supervisor:
             **extra,
         }
         store = self.stores.of(job, self.pool.slots)
+        add_launch(rows, launch)
         for row in rows:
-            row["launch"] = launch
             store.put(row)
         self.results.setdefault(job.num, {})[slot.uuid] = JobResult.of(rows,
                                                                        job.spec.objective_name)
