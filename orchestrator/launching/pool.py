@@ -1,8 +1,8 @@
 """The driver's pool of GPU workers: one Ray actor per GPU, and Ray's lifetime under them.
 
 A ``GpuPool`` is the set of workers of one machine: it starts one ``worker.GpuWorker`` per GPU
-the Ray cluster declares (``num_gpus=1, num_cpus=0``), learns which GPU each got (a
-``worker.WorkerInfo``), keeps those that some job's ``device.gpus`` (and the launcher's placement)
+the Ray cluster declares (``num_gpus=1, num_cpus=0``), learns which GPU each got (a ``WorkerInfo``),
+keeps those that some job's ``device.gpus`` (and the launcher's placement)
 selects (``launching.scheduling`` then checks each job's settings against each GPU, before
 the supervisor, ``orchestrator.launching.supervisor``, sends any work). ``device.gpus`` is a job's
 *route*, not part of the machine: jobs that name different GPUs (the stability sweeper pins each
@@ -37,6 +37,8 @@ from typing import Any
 
 from orchestrator import interrupt
 from orchestrator.errors import DeviceLostError, UserError
+from orchestrator.jobs.job import PER_JOB_KEYS, machine_key
+from orchestrator.jobs.replies import WorkerInfo
 from orchestrator.launching.calls import CallsInFlight
 from orchestrator.launching.pool_join import EarlyStart
 from orchestrator.launching.ray_calls import (
@@ -49,8 +51,7 @@ from orchestrator.launching.ray_calls import (
 from orchestrator.launching.scheduling import refuse_duplicates
 from orchestrator.launching.settings import LaunchSettings
 from orchestrator.launching.slot import Call, Slot, SlotState, selection_key
-from orchestrator.measuring.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker, WorkerInfo
-from orchestrator.results.jobs import PER_JOB_KEYS, machine_key
+from orchestrator.measuring.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UserError
+from orchestrator.jobs.job import record_sweep
 from orchestrator.launching.settings import RETRY_POLICIES, LaunchSettings
-from orchestrator.results.jobs import record_sweep
 from orchestrator.results.rows import JobResult, Status, attempt_of
 from orchestrator.results.store import STORE_FILENAME, ResultStore
 

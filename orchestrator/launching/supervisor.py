@@ -51,9 +51,9 @@ from orchestrator.results.columns import LaunchFacts
 from orchestrator.results.rows import JobResult, Status, add_launch, failure_rows
 
 if TYPE_CHECKING:
+    from orchestrator.jobs.replies import AcquireReply, TrialReply, WorkerInfo
     from orchestrator.launching.batch import Job, JobStream
     from orchestrator.measuring.trial_trace import TrialTrace
-    from orchestrator.measuring.worker import AcquireReply, TrialReply, WorkerInfo
 
 class Supervisor:
     """Runs one batch of jobs over a started pool (see the module docstring for the semantics).

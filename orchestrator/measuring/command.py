@@ -63,8 +63,8 @@ from orchestrator.results.rows import Status, base_row, fail_rows, failed_by, va
 
 if TYPE_CHECKING:
     from orchestrator.config import DvfsConfig
+    from orchestrator.jobs.job import JobSpec
     from orchestrator.measuring.trial import TrialContext
-    from orchestrator.results.jobs import JobSpec
 
 POLL_S = 0.05  # how often the wait for the program looks at Ctrl-C and the clock
 STOP_GRACE_S = 5.0  # after SIGINT (or SIGTERM), how long a program has to end before SIGKILL

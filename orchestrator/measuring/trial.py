@@ -95,7 +95,7 @@ from orchestrator.results.rows import (
 if TYPE_CHECKING:
     from kernels.spec import KernelOptions, KernelSpec, WorkCounts
     from orchestrator.config import DvfsConfig
-    from orchestrator.results.jobs import JobSpec
+    from orchestrator.jobs.job import JobSpec
 
 
 @dataclass

@@ -49,9 +49,9 @@ from orchestrator.results.columns import LaunchFacts, TrialRow
 if TYPE_CHECKING:
     from kernels.compare import OutputErrors
     from orchestrator.devices.base import DeviceIdentity
-    from orchestrator.measuring.guard import SettingsRequest
+    from orchestrator.jobs.job import JobSpec
+    from orchestrator.jobs.request import SettingsRequest
     from orchestrator.measuring.window import Checks, Window
-    from orchestrator.results.jobs import JobSpec
 
 SCHEMA_VERSION = 2  # 2: rows carry ``attempt`` and ``failed_by``
 

@@ -17,11 +17,11 @@ from analysis import ROW_COLUMNS as ANALYSIS_COLUMNS
 from orchestrator.config import compose
 from orchestrator.devices import journal_dir, open_backend
 from orchestrator.devices.base import DeviceIdentity
+from orchestrator.jobs.job import JobSpec
 from orchestrator.measuring.guard import SettingsGuard
 from orchestrator.measuring.journal import Journal
 from orchestrator.measuring.trial import TrialContext, run_trial
 from orchestrator.results.columns import ROW_COLUMNS, undeclared
-from orchestrator.results.jobs import JobSpec
 from orchestrator.results.rows import Status, add_launch, failure_rows
 from orchestrator.results.store import ResultStore
 from orchestrator.results.store.sqlite import INDEXED_COLUMNS

@@ -8,9 +8,9 @@ import pytest
 from support import signal_in_a_gc_callback
 
 from orchestrator.config import compose
+from orchestrator.jobs.job import JobSpec
 from orchestrator.measuring.phases import PHASES
 from orchestrator.measuring.trial import run_trial
-from orchestrator.results.jobs import JobSpec
 from orchestrator.results.rows import objective
 
 
@@ -161,9 +161,9 @@ def test_a_job_is_validated_once_however_many_hands_it_passes_through(tmp_path, 
     # nothing again. The only other check of the spec's options is the kernel build's own, once
     # per kernel built (the second job finds its kernel in the cache).
     from kernels.spec import KernelSpec
-    from orchestrator.measuring import inject
+    from orchestrator.jobs import checks
+    from orchestrator.jobs.job import JobSpec
     from orchestrator.measuring.worker import GpuWorker
-    from orchestrator.results import jobs
 
     calls = {"workload": 0, "inject": 0, "spec": 0}
 
@@ -173,12 +173,12 @@ def test_a_job_is_validated_once_however_many_hands_it_passes_through(tmp_path, 
             return fn(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(jobs, "validate_workload", counted("workload", jobs.validate_workload))
-    monkeypatch.setattr(inject, "validate", counted("inject", inject.validate))
+    monkeypatch.setattr(checks, "validate_workload", counted("workload", checks.validate_workload))
+    monkeypatch.setattr(checks, "validate_inject", counted("inject", checks.validate_inject))
     monkeypatch.setattr(KernelSpec, "validate", counted("spec", KernelSpec.validate))
     base = ["workload.size=tiny", "measure=quick", f"device.state_dir={tmp_path / 'sim'}",
             f"device.journal_dir={tmp_path / 'journal'}"]
-    made = [jobs.JobSpec.from_config(compose([*base, f"device.sm_clock_mhz={mhz}"]), tmp_path)
+    made = [JobSpec.from_config(compose([*base, f"device.sm_clock_mhz={mhz}"]), tmp_path)
             for mhz in (1005, 1410)]
     assert (calls["workload"], calls["inject"]) == (2, 2)
     checks_of_the_jobs = calls["spec"]
