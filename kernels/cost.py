@@ -207,7 +207,7 @@ def _analyse(
     framework, xla, compiled = route
     preset, variant = where
     size = spec.sizes[preset][variant]
-    counts = None if spec.count_fn is None else spec.count_fn(size, fw.numpy_dtype(dtype).itemsize)
+    counts = None if spec.count_fn is None else spec.count_fn(size, fw.ITEMSIZE[dtype])
     source = work_source(framework, xla, compiled)
     start = time.perf_counter()
     try:
@@ -391,14 +391,14 @@ def kernel_memory(
     """
     variant = spec.default_variant if variant is None else variant
     size = spec.sizes[preset][variant]
-    itemsize = fw.numpy_dtype(dtype).itemsize
+    itemsize = fw.ITEMSIZE[dtype]
     inputs = sum(int(_prod(shape)) * itemsize for shape in spec.shapes_fn(size))
     if framework == "jax":
         found = compiled_work(spec, "jax", preset, dtype, precision, variant=variant).xla_memory
         if found is not None:
             args, output, temporaries = found
             return KernelMemory(max(args, inputs), output, temporaries, "xla_memory_analysis")
-    output = _output_bytes(spec, size, dtype, inputs)
+    output = _output_bytes(spec, size, dtype, (itemsize, inputs))
     modelled = spec.peak_bytes(preset, dtype)
     temporaries = max(modelled - inputs - output, output) if modelled else output
     return KernelMemory(inputs, output, temporaries, "estimate")
@@ -411,15 +411,17 @@ def _prod(shape: Iterable[int]) -> int:
     return total
 
 
-def _output_bytes(spec: KernelSpec, size: Any, dtype: str, inputs: int) -> int:
+def _output_bytes(spec: KernelSpec, size: Any, dtype: str, widths: tuple[int, int]) -> int:
     """One output's bytes from JAX's shape inference where JAX is there, else the largest
-    input's (an elementwise or same-shape kernel's output)."""
-    itemsize = fw.numpy_dtype(dtype).itemsize
+    input's (an elementwise or same-shape kernel's output); ``widths`` is (bytes per element,
+    all inputs' bytes), as the caller counted them."""
+    itemsize, inputs = widths
     shapes = list(spec.shapes_fn(size))
     if spec.jax_fn is not None:
         try:
             jax = fw.import_jax()
-            args = [jax.ShapeDtypeStruct(s, fw.numpy_dtype(dtype)) for s in shapes]
+            np_dtype = fw.numpy_dtype(dtype)
+            args = [jax.ShapeDtypeStruct(s, np_dtype) for s in shapes]
             out = jax.eval_shape(spec.jax_fn(size), *args)
             return sum(int(_prod(leaf.shape)) * leaf.dtype.itemsize
                        for leaf in jax.tree_util.tree_leaves(out))

@@ -30,13 +30,13 @@ from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
 from kernels.cost import compiled_work
+from kernels.frameworks import ITEMSIZE
 
 Peak = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp64"]
 Unit = Literal["TFLOP/s", "GB/s", "samples/s", "tokens/s"]
 UNITS: tuple[str, ...] = ("TFLOP/s", "GB/s", "samples/s", "tokens/s")
 
 PRESETS: tuple[str, ...] = ("tiny", "cpu", "gpu")
-ITEMSIZE: Mapping[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 
 class KernelOptionError(ValueError):
