@@ -93,7 +93,7 @@ from orchestrator.results.rows import (
 )
 
 if TYPE_CHECKING:
-    from kernels.spec import KernelOptions, KernelSpec, WorkCounts
+    from kernels.spec import KernelOptions, Peak, WorkCounts
     from orchestrator.config import DvfsConfig
     from orchestrator.jobs.job import JobSpec
 
@@ -287,10 +287,13 @@ def _measure(
     sim_sized = device.identity.backend == "sim" and bool(cfg.workload.sim_size)
     preset = cfg.workload.sim_size if sim_sized else preset_run
     # The analytic counts stay the useful work of a call (throughput, energy per TFLOP);
-    # the compiled work is what the device is charged (on the sim) or what it ran.
+    # the compiled work is what the device is charged (on the sim) or what it ran. The
+    # workload's figures at that size are read once, here: its counts, roof and footprint.
     counts = spec.counts(preset=preset, dtype=cfg.workload.dtype)
-    work = _charged_work(kernel, spec, counts, preset, cfg, base)
-    memory = _memory_model(device, spec, counts, preset, cfg) if sim_sized else None
+    peak = spec.peak(cfg.workload.dtype, cfg.framework.precision, cfg.framework.name)
+    footprint = spec.peak_bytes(preset, cfg.workload.dtype) if sim_sized else None
+    work = _charged_work(kernel, (spec.name, counts, peak), preset, cfg, base)
+    memory = _memory_model(device, footprint or int(counts.bytes_moved), cfg) if sim_sized else None
     getattr(kernel, "reset_peak_memory", lambda: None)()  # a stand-in kernel keeps no figures
     m = cfg.measure
     phases["build"] = time.perf_counter() - wall
@@ -325,13 +328,10 @@ def _measure(
         held.append(Held(row, window.checks, kernel, spec.name))
 
 
-def _memory_model(
-    device: Device, spec: KernelSpec, counts: WorkCounts, preset: str, cfg: DvfsConfig
-) -> int:
-    """The simulated GPU's in-use peak of the workload at ``preset`` (``sim_size``): its
-    footprint, or (a kernel without one) its inputs and output; the sim records what the
+def _memory_model(device: Device, in_use: int, cfg: DvfsConfig) -> int:
+    """The simulated GPU's in-use peak of the workload at ``sim_size`` (``in_use``: its
+    footprint, or, a kernel without one, the bytes one call moves); the sim records what the
     process would hold for it (``devices.sim.memory``)."""
-    in_use = spec.peak_bytes(preset, cfg.workload.dtype) or int(counts.bytes_moved)
     device.model_allocation(in_use, cfg.framework.name)
     return in_use
 
@@ -352,12 +352,15 @@ def _fill_memory(
 
 
 def _charged_work(
-    kernel: Any, spec: KernelSpec, counts: WorkCounts, preset: str, cfg: DvfsConfig,
+    kernel: Any, workload: tuple[str, WorkCounts, Peak], preset: str, cfg: DvfsConfig,
     base: dict[str, Any],
 ) -> KernelWork:
     """The work each call is charged (recorded in ``base``): what the framework compiled at
-    ``preset``; the analytic counts and one launch for a kernel that cannot say (a stand-in)."""
+    ``preset``; the analytic counts and one launch for a kernel that cannot say (a stand-in).
+    ``workload`` is its name, analytic counts and compute roof at ``preset``, read once."""
     from kernels.cost import CompiledWork
+
+    name, counts, peak = workload
 
     hook = getattr(kernel, "compiled_work", None)
     compiled = hook(preset) if hook is not None else CompiledWork(
@@ -376,8 +379,8 @@ def _charged_work(
     return KernelWork(
         flops=float(compiled.flops),
         bytes_moved=float(compiled.bytes_moved),
-        peak=spec.peak(cfg.workload.dtype, cfg.framework.precision, cfg.framework.name),
-        kernel_class=spec.name,
+        peak=peak,
+        kernel_class=name,
         framework=cfg.framework.name,
         launches=int(compiled.launches),
         transcendentals=float(compiled.transcendentals),
