@@ -157,7 +157,7 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
     except DeviceError as e:
         fail_rows(rows, base, job.repeats, Status.DEVICE_ERROR, str(e))
     except Exception as e:  # noqa: BLE001 - a kernel that raised is a crashed trial, not a crashed sweep
-        _fail_kernel(rows, base, job, e, plan)
+        fail_rows(rows, base, job.repeats, *_kernel_failure(e, plan))
     finally:
         try:
             with timed(phases, "restore"):
@@ -171,14 +171,12 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
     return rows
 
 
-def _fail_kernel(rows: list[dict[str, Any]], base: dict[str, Any], job: JobSpec,
-                 e: Exception, plan: Plan | None) -> None:
-    """A kernel that raised: out of memory (device or host) is its own status, else a crash."""
+def _kernel_failure(e: Exception, plan: Plan | None) -> tuple[Status, str]:
+    """The status and error of a kernel that raised: out of memory (device or host) is its own
+    status, else a crash; the trial fails its rows with them as with any other failure."""
     if is_out_of_memory(e):
-        fail_rows(rows, base, job.repeats, Status.OUT_OF_MEMORY, oom_reason(e, plan))
-        return
-    error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
-    fail_rows(rows, base, job.repeats, Status.CRASH, error)
+        return Status.OUT_OF_MEMORY, oom_reason(e, plan)
+    return Status.CRASH, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
 
 
 def _plan(ctx: TrialContext, job: JobSpec, base: dict[str, Any]) -> tuple[str, Plan | None]:
@@ -306,9 +304,9 @@ def _measure(
             KernelCalls(kernel, device, work, None).run(m.warmup_iters)
     with timed(phases, "compare"):  # the reference, computed once per kernel (and so per sweep)
         kernel.reference()
+    budget = held_budget(plan.free if plan else None, m)  # the held samples' device memory
     samples, samples_note = held_samples(
-        m.reference_samples, getattr(kernel, "output_bytes", 0),
-        held_budget(plan.free if plan else None, m), m.repeats)
+        m.reference_samples, getattr(kernel, "output_bytes", 0), budget, m.repeats)
     base.update(samples_note=samples_note)
     for repeat in range(m.repeats):
         row = dict(base, repeat=repeat, started_at=time.time())
