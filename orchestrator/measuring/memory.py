@@ -36,9 +36,10 @@ started, and the row's ``footprint_note`` says so.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.config import AUTO_SIZE
 
@@ -138,25 +139,18 @@ def host_bytes(spec: KernelSpec, cfg: DvfsConfig, preset: str) -> int:
     """Host memory a kernel at ``preset`` needs beyond the process: its inputs as drawn
     (float64) and rounded, and the float64 reference with its working set (the factors
     above: measured, not modelled)."""
-    dtype = cfg.workload.dtype
-    itemsize = _itemsize(dtype)
-    shapes = spec.shapes_fn(spec.size(preset))
-    elements = sum(_prod(s) for s in shapes)
+    itemsize = _itemsize(cfg.workload.dtype)
+    # What the workload says of itself, read once: its arrays' elements, its float64 footprint.
+    sizes = [math.prod(int(n) for n in s) for s in spec.shapes_fn(spec.size(preset))]
+    modelled = spec.peak_bytes(preset, "float64") if spec.reference_fn is not None else None
+    elements = sum(sizes)
     drawn = elements * (8 + itemsize)
     if spec.reference_fn is None:
         return drawn
-    modelled = spec.peak_bytes(preset, "float64")
     if modelled:
         return int(drawn + MODEL_REFERENCE_FACTOR * modelled)
-    largest = max((_prod(s) for s in shapes), default=0)
+    largest = max(sizes, default=0)
     return int(KERNEL_REFERENCE_FACTOR * (elements * 8 + largest * 8))
-
-
-def _prod(shape: Any) -> int:
-    total = 1
-    for n in shape:
-        total *= int(n)
-    return total
 
 
 def _itemsize(dtype: str) -> int:

@@ -188,14 +188,14 @@ def _plan(ctx: TrialContext, job: JobSpec, base: dict[str, Any]) -> tuple[str, P
         OutOfMemory: the size (or, for ``auto``, every size) does not fit.
     """
     cfg, device, spec = job.config, ctx.device, job.workload_spec
+    remembered = ctx.sizes.get((spec.name, cfg.framework.name, cfg.workload.dtype))
+    preset = remembered if cfg.workload.size == AUTO_SIZE else cfg.workload.size
+    options = kernel_options(spec.name, cfg, preset) if preset else None
     base.update(size_requested=cfg.workload.size,
                 check_arithmetic=device.float32_matmul_default(cfg.framework.name))
     cache = ctx.kernels
     if not hasattr(cache, "release_others"):  # a stand-in cache: its kernels know no footprint
         return cfg.workload.size, None
-    remembered = ctx.sizes.get((spec.name, cfg.framework.name, cfg.workload.dtype))
-    preset = remembered if cfg.workload.size == AUTO_SIZE else cfg.workload.size
-    options = kernel_options(spec.name, cfg, preset) if preset else None
     cache.release_others(options)  # this kernel's arrays stay, to be used again
     own = cache.resident_bytes(options) if options is not None else 0
     device.model_allocation(0, cfg.framework.name)  # the sim: the process holds its arrays no more
