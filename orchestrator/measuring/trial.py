@@ -287,9 +287,9 @@ def _measure(
     # The analytic counts stay the useful work of a call (throughput, energy per TFLOP);
     # the compiled work is what the device is charged (on the sim) or what it ran. The
     # workload's figures at that size are read once, here: its counts, roof and footprint.
-    counts = spec.counts(preset=preset, dtype=cfg.workload.dtype)
     peak = spec.peak(cfg.workload.dtype, cfg.framework.precision, cfg.framework.name)
     footprint = spec.peak_bytes(preset, cfg.workload.dtype) if sim_sized else None
+    counts = spec.counts(preset=preset, dtype=cfg.workload.dtype)
     work = _charged_work(kernel, (spec.name, counts, peak), preset, cfg, base)
     memory = _memory_model(device, footprint or int(counts.bytes_moved), cfg) if sim_sized else None
     getattr(kernel, "reset_peak_memory", lambda: None)()  # a stand-in kernel keeps no figures
