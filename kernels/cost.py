@@ -344,8 +344,7 @@ def count_launches(hlo_text: str) -> int:
 
 def _jax_work(spec: KernelSpec, size: Any, dtype: str, precision: str) -> Counted:
     jax = fw.import_jax()
-    np_dtype = fw.numpy_dtype(dtype)
-    args = [jax.ShapeDtypeStruct(shape, np_dtype) for shape in spec.shapes_fn(size)]
+    args = [jax.ShapeDtypeStruct(shape, dtype) for shape in spec.shapes_fn(size)]  # our names
     with fw.jax_precision_scope(precision):
         compiled = jax.jit(spec.jax_fn(size)).lower(*args).compile()
     counted = xla_work(compiled.cost_analysis(), compiled.as_text())
@@ -420,8 +419,7 @@ def _output_bytes(spec: KernelSpec, size: Any, dtype: str, widths: tuple[int, in
     if spec.jax_fn is not None:
         try:
             jax = fw.import_jax()
-            np_dtype = fw.numpy_dtype(dtype)
-            args = [jax.ShapeDtypeStruct(s, np_dtype) for s in shapes]
+            args = [jax.ShapeDtypeStruct(s, dtype) for s in shapes]  # JAX reads our dtype names
             out = jax.eval_shape(spec.jax_fn(size), *args)
             return sum(int(_prod(leaf.shape)) * leaf.dtype.itemsize
                        for leaf in jax.tree_util.tree_leaves(out))
