@@ -194,17 +194,18 @@ class GpuPool:
         import ray
 
         self.join_error = None
+        info: WorkerInfo | None = None
         try:
-            info: WorkerInfo = ray.get(ref)
+            info = ray.get(ref)
         except ray.exceptions.RayError as e:
-            if isinstance(getattr(e, "cause", None), DeviceLostError):
-                self.early_start.hold_and_retry(actor)  # it holds a lost GPU: none lands there
+            if not isinstance(getattr(e, "cause", None), DeviceLostError):
+                self.join_error = first_line(e)
+                kill(actor)
                 return None
-            self.join_error = first_line(e)
-            kill(actor)
-            return None
-        if any(s.uuid == info.uuid for s in self.slots):  # Ray gave it a GPU the pool has
-            self.early_start.hold_and_retry(actor)  # (a retired one): the next lands elsewhere
+        # Held, and another started in its place, where it holds a lost GPU (none lands there)
+        # or Ray gave it a GPU the pool has (a retired one): the next lands elsewhere.
+        if info is None or any(s.uuid == info.uuid for s in self.slots):
+            self.early_start.hold_and_retry(actor)
             return None
         self._node_gpus[info.node_id] = self._node_gpus.get(info.node_id, 0) + 1
         slot = Slot(info, actor, selections=set(self.selections))

@@ -190,22 +190,27 @@ class Supervisor:
         """Send each idle GPU its next job (the least used first), then one to each busy GPU to
         run after its trial (``queue_ahead``)."""
         idle = [s for s in self.pool.slots if s.state is SlotState.IDLE]
+        share = self._share()  # the same for every send below: none starts or joins a worker
         for slot in self.queue.least_used(idle):
-            self._send(slot)
+            self._send(slot, share)
         if self.queue_ahead:
             for slot in self.pool.slots:
                 if slot.may_queue:
-                    self._send(slot)
+                    self._send(slot, share)
 
-    def _send(self, slot: Slot) -> None:
-        """Send a GPU the next job it may take now (``JobQueue.take``): an idle GPU to run at
-        once, a busy one to run after its trial."""
+    def _share(self) -> int | None:
+        """The most jobs a GPU takes while workers are still joining or warming up (None: no
+        limit): ``scheduling.share_while_starting`` over the pool as it is now."""
+        return share_while_starting(self.pool.slots, filling=self.pool.filling,
+                                    expected=self.pool.expected, total=self.jobs.total)
+
+    def _send(self, slot: Slot, share: int | None) -> None:
+        """Send a GPU the next job it may take now (``JobQueue.take``, at most ``share`` per GPU
+        while workers start): an idle GPU to run at once, a busy one to run after its trial."""
         ahead = slot.state is SlotState.BUSY
         if ahead and not (self.queue_ahead and slot.may_queue):
             return
         live = [s for s in self.pool.slots if s.live] if ahead else None
-        share = share_while_starting(self.pool.slots, filling=self.pool.filling,
-                                     expected=self.pool.expected, total=self.jobs.total)
         job = self.queue.take(slot, share=share, ahead_among=live)
         if job is None:
             return
@@ -307,7 +312,7 @@ class Supervisor:
             slot.trial_returned(reply.builds)
             if not reply.unhealthy:  # the next job first: the GPU need not wait for the write
                 self._next_trial(slot)
-                self._send(slot)
+                self._send(slot, self._share())
             self._record(slot, job, reply.rows, {**reply.timing(), **sent})
             if reply.unhealthy:  # it failed during this trial: no further trials
                 self._retire(slot, reply.unhealthy)
