@@ -128,7 +128,8 @@ class GpuPool:
             replacing: it replaces a worker that died or hung (counted as a restart); False: one
                 more try after a new worker landed on another GPU of the node (``Slot.park``).
         """
-        slot.new_worker(self.spawn(slot.node_id), restart=replacing)
+        actor = self.spawn(slot.node_id)  # on the slot's node, where its GPU is
+        slot.new_worker(actor, restart=replacing)
         self.calls.send(slot, Call.IDENTIFY, deadline=deadline)
 
     # --- early start ---------------------------------------------------------------------------

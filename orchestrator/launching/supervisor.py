@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator import interrupt
 from orchestrator.launching.pool import GpuPool
 from orchestrator.launching.ray_calls import first_line, kill
-from orchestrator.launching.resume import BatchStores
+from orchestrator.launching.resume import BatchStores, Resume
 from orchestrator.launching.scheduling import JobQueue, share_while_starting
 from orchestrator.launching.slot import Call, Slot, SlotState
 from orchestrator.progress import Progress, summarise
@@ -149,22 +149,24 @@ class Supervisor:
         live = [s.uuid for s in self.pool.slots if s.live]
         while not self.jobs.exhausted and self.queue.waiting(live) < self.low_water:
             chunk = self.jobs.take(self.chunk)
-            stored = self.stores.resume(chunk, self.pool.slots)
-            for found in stored.values():
-                self.attempts.update({k: r.attempt for k, r in found.items() if r.attempt > 1})
-            for job in chunk:
-                self._plan_job(job, stored[(job.store_dir, job.repeats)])
-            for slot in self.pool.slots:  # what a GPU retired before these jobs came cannot run
-                if not slot.live:
-                    self._fail_queue(slot) if self.every else self._fail_stranded()
+            for job, stored in zip(chunk, self.stores.resume(chunk, self.pool.slots), strict=True):
+                self.attempts.update({job.spec.trial_key(u): r.attempt
+                                      for u, r in stored.items() if r.attempt > 1})
+                self._plan_job(job, stored)
+            # What only GPUs retired before these jobs came could run cannot run (a GPU's own
+            # queue for ``every``; else the jobs stranded, found once for all those GPUs).
+            dead = [s for s in self.pool.slots if not s.live]
+            if self.every:
+                for slot in dead:
+                    self._fail_queue(slot)
+            elif dead:
+                self._fail_stranded()
 
-    def _plan_job(self, job: Job, stored: dict[str, Any]) -> None:
-        """Queue one job (per GPU, for ``every``) unless its trial's stored rows stand."""
-        done: dict[str, JobResult] = {}
-        for uuid in self.stores.gpus_of(job, self.pool.slots):
-            resume = stored.get(job.spec.trial_key(uuid))
-            if resume is not None and not resume.run:
-                done[uuid] = JobResult.of(resume.rows, job.spec.objective_name)
+    def _plan_job(self, job: Job, stored: dict[str, Resume]) -> None:
+        """Queue one job (per GPU, for ``every``) unless its trial's stored rows stand
+        (``stored``: what to do with its trial on each GPU whose trial counts)."""
+        done = {uuid: JobResult.of(resume.rows, job.spec.objective_name)
+                for uuid, resume in stored.items() if not resume.run}
         for uuid, result in self.queue.plan(job, self.pool.slots, done).items():
             self.results.setdefault(job.num, {})[uuid] = result
             self.progress.trial_skipped()
