@@ -260,12 +260,15 @@ class GpuWorker:
             sweep_id: stamped on every row.
             attempt: which attempt at the trial this is (stamped on every row).
         """
+        from kernels.registry import adopt_workload
         from orchestrator import interrupt
         from orchestrator.measuring import inject, trial_trace
         from orchestrator.measuring.trial import run_trial
 
         if self._ctx is None:
             raise RuntimeError("GpuWorker.run before acquire")
+        if job.workload_spec is not None:  # a user's workload, loaded on the driver: known here
+            adopt_workload(job.workload_spec)
         ctx, where = self._ctx, self._journal()
         if closing(where, self.uuid):  # a queued trial of a sweep that stopped
             return TrialReply(unhealthy=STOPPING, pid=os.getpid())
