@@ -68,7 +68,8 @@ ROW_COLUMNS: list[str] = [
     # context
     "config", "versions", "git_commit", "config_hash",
 ]
-"""The columns of a trial row, in the order the frame shows them."""
+"""The columns of a trial row the frame shows first, in its order: a selection of the one
+declaration, ``orchestrator.results.columns.ROW_COLUMNS`` (a test ties the two)."""
 
 
 class EmptyStoreError(StoreError):

@@ -379,7 +379,8 @@ class BuiltKernel:
 
     Attributes:
         spec: the workload's :class:`~kernels.spec.KernelSpec`.
-        options: the options it was built with, resolved (:meth:`KernelOptions.resolved`).
+        options: the options it was built with, checked and resolved
+            (:meth:`KernelOptions.checked`).
         workload: the workload name.
         framework: ``"jax"``, ``"tensorflow"`` or ``"pytorch"``.
         framework_version: the framework's version string.
@@ -403,7 +404,7 @@ class BuiltKernel:
 
     def __init__(self, spec: KernelSpec, options: KernelOptions):
         check_framework(spec, options.framework)
-        self.options = options = options.resolved(spec)
+        self.options = options = options.checked(spec)  # the kernel API's one check
         start = time.perf_counter()
         self.spec = spec
         self.workload = spec.name

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 
-from kernels.build import BuiltKernel, check_framework
+from kernels.build import BuiltKernel
 from kernels.registry import build_kernel, get_spec
 from kernels.spec import KernelOptions
 
@@ -36,16 +36,15 @@ class KernelCache:
 
     @staticmethod
     def key(options: KernelOptions) -> KernelOptions:
-        """The cache key: ``options`` checked and resolved (the default variant named, ``xla``
-        True for JAX), so equal kernels have equal keys; a built kernel's ``options`` is its key.
+        """The cache key: ``options`` resolved (the default variant named, ``xla`` True for
+        JAX), so equal kernels have equal keys; a built kernel's ``options`` is its key. Nothing
+        is checked here, on every trial's lookup: a miss builds the kernel, which checks its
+        options once (:meth:`KernelOptions.checked`), and a trial's were checked with its job.
 
         Raises:
             UnknownKernelError: an unknown workload.
-            KernelOptionError: an unknown framework, preset, variant, dtype or precision.
         """
-        spec = get_spec(options.workload)
-        check_framework(spec, options.framework)
-        return options.resolved(spec)
+        return options.resolved(get_spec(options.workload))
 
     def get(self, options: KernelOptions) -> BuiltKernel:
         """Return the cached kernel for ``options``, building it on first use

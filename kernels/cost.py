@@ -174,11 +174,9 @@ def compiled_work(
 
     Returns:
         The compiled work; analytic counts with a ``note`` if the framework's source failed.
-
-    Raises:
-        KernelOptionError: an option the spec does not have (nothing is traced then).
+        The options are taken as checked (:meth:`KernelSpec.validate`, once, where they came in).
     """
-    variant = spec.validate(preset, dtype, precision, variant)
+    variant = spec.default_variant if variant is None else variant
     xla = framework == "jax" or (framework == "tensorflow" and bool(xla))
     compile = framework == "pytorch" and bool(compile)
     key = (spec.name, framework, preset, variant, dtype, precision, xla, compile)
@@ -209,7 +207,7 @@ def _analyse(
     framework, xla, compiled = route
     preset, variant = where
     size = spec.sizes[preset][variant]
-    counts = None if spec.count_fn is None else spec.counts(preset, dtype, variant)
+    counts = None if spec.count_fn is None else spec.count_fn(size, fw.ITEMSIZE[dtype])
     source = work_source(framework, xla, compiled)
     start = time.perf_counter()
     try:
@@ -220,7 +218,7 @@ def _analyse(
         elif xla:
             counted = _narrowed(_tf_xla_work, spec, size, dtype, precision, True)
         else:
-            known = counts or spec.counts(preset, dtype, variant)  # derived from JAX or XLA
+            known = counts or _first_compiled(spec, preset, dtype, variant)
             counted = _tf_graph_work(spec, size, dtype, precision)._replace(flops=known.flops)
     except Exception as e:  # noqa: BLE001 - any failure of a source falls back, and says why
         if counts is None:
@@ -237,6 +235,20 @@ def _analyse(
         transcendentals=float(counted.transcendentals), kind=counted.kind,
         xla_memory=counted.memory,
     )
+
+
+def _first_compiled(spec: KernelSpec, preset: str, dtype: str, variant: str) -> CompiledWork:
+    """The FLOPs a TensorFlow graph of a workload without ``count_fn`` is charged: its first
+    framework's step compiled (JAX, else TensorFlow with XLA), as its derived counts are.
+
+    Raises:
+        RuntimeError: that compile could not say either.
+    """
+    work = compiled_work(spec, spec.frameworks[0], preset, dtype, "default", True, variant,
+                         compile=True)
+    if work.source == "analytic":
+        raise RuntimeError(f"no compiled work of {spec.frameworks[0]} to count: {work.note}")
+    return work
 
 
 class Counted(NamedTuple):
@@ -332,8 +344,7 @@ def count_launches(hlo_text: str) -> int:
 
 def _jax_work(spec: KernelSpec, size: Any, dtype: str, precision: str) -> Counted:
     jax = fw.import_jax()
-    np_dtype = fw.numpy_dtype(dtype)
-    args = [jax.ShapeDtypeStruct(shape, np_dtype) for shape in spec.shapes_fn(size)]
+    args = [jax.ShapeDtypeStruct(shape, dtype) for shape in spec.shapes_fn(size)]  # our names
     with fw.jax_precision_scope(precision):
         compiled = jax.jit(spec.jax_fn(size)).lower(*args).compile()
     counted = xla_work(compiled.cost_analysis(), compiled.as_text())
@@ -377,16 +388,16 @@ def kernel_memory(
     the workload's modelled footprint beyond its inputs where it has one, else one buffer of
     the output's size.
     """
-    variant = spec.validate(preset, dtype, precision, variant)
+    variant = spec.default_variant if variant is None else variant
     size = spec.sizes[preset][variant]
-    itemsize = fw.numpy_dtype(dtype).itemsize
+    itemsize = fw.ITEMSIZE[dtype]
     inputs = sum(int(_prod(shape)) * itemsize for shape in spec.shapes_fn(size))
     if framework == "jax":
         found = compiled_work(spec, "jax", preset, dtype, precision, variant=variant).xla_memory
         if found is not None:
             args, output, temporaries = found
             return KernelMemory(max(args, inputs), output, temporaries, "xla_memory_analysis")
-    output = _output_bytes(spec, size, dtype, inputs)
+    output = _output_bytes(spec, size, dtype, (itemsize, inputs))
     modelled = spec.peak_bytes(preset, dtype)
     temporaries = max(modelled - inputs - output, output) if modelled else output
     return KernelMemory(inputs, output, temporaries, "estimate")
@@ -399,15 +410,16 @@ def _prod(shape: Iterable[int]) -> int:
     return total
 
 
-def _output_bytes(spec: KernelSpec, size: Any, dtype: str, inputs: int) -> int:
+def _output_bytes(spec: KernelSpec, size: Any, dtype: str, widths: tuple[int, int]) -> int:
     """One output's bytes from JAX's shape inference where JAX is there, else the largest
-    input's (an elementwise or same-shape kernel's output)."""
-    itemsize = fw.numpy_dtype(dtype).itemsize
+    input's (an elementwise or same-shape kernel's output); ``widths`` is (bytes per element,
+    all inputs' bytes), as the caller counted them."""
+    itemsize, inputs = widths
     shapes = list(spec.shapes_fn(size))
     if spec.jax_fn is not None:
         try:
             jax = fw.import_jax()
-            args = [jax.ShapeDtypeStruct(s, fw.numpy_dtype(dtype)) for s in shapes]
+            args = [jax.ShapeDtypeStruct(s, dtype) for s in shapes]  # JAX reads our dtype names
             out = jax.eval_shape(spec.jax_fn(size), *args)
             return sum(int(_prod(leaf.shape)) * leaf.dtype.itemsize
                        for leaf in jax.tree_util.tree_leaves(out))

@@ -45,11 +45,14 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 Framework = Literal["jax", "tensorflow", "pytorch"]
 FRAMEWORKS: tuple[str, ...] = ("jax", "tensorflow", "pytorch")
+ITEMSIZE: Mapping[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+"""Bytes per element of each of our dtype names: the one table a workload's counts, its
+footprint and the compiled-work analysis read (no NumPy import to learn a width)."""
 FRAMEWORK_MODULES: dict[str, str] = {"jax": "jax", "tensorflow": "tensorflow", "pytorch": "torch"}
 """Each framework's top-level module (what ``import`` and ``importlib.util.find_spec`` name)."""
 TORCH_EXTRA = "pip install 'dvfs-orchestrator[torch]'"

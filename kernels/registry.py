@@ -137,6 +137,15 @@ def load_workload(name: str, target: str | None = None) -> KernelSpec:
     )
 
 
+def adopt_workload(spec: KernelSpec) -> None:
+    """Know ``spec`` by its name in this process: a user's workload loaded where its job was
+    made (the driver) and carried with the job to a worker, whose kernel cache and build find a
+    workload by name. A built-in, or a name already loaded here, stays as it is."""
+    if spec.name not in WORKLOADS:
+        with _lock:
+            _loaded.setdefault(spec.name, spec)
+
+
 def _from_target(target: str, name: str | None) -> KernelSpec:
     with _lock:
         spec = _targets.get(target)

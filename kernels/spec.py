@@ -30,13 +30,13 @@ from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
 from kernels.cost import compiled_work
+from kernels.frameworks import ITEMSIZE
 
 Peak = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp64"]
 Unit = Literal["TFLOP/s", "GB/s", "samples/s", "tokens/s"]
 UNITS: tuple[str, ...] = ("TFLOP/s", "GB/s", "samples/s", "tokens/s")
 
 PRESETS: tuple[str, ...] = ("tiny", "cpu", "gpu")
-ITEMSIZE: Mapping[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 
 class KernelOptionError(ValueError):
@@ -228,9 +228,12 @@ class KernelSpec:
         return variant
 
     def size(self, preset: str, variant: str | None = None) -> Any:
-        """Return the size of ``preset`` and ``variant``: a NamedTuple of the workload's own."""
-        variant = self.validate(preset, self.dtypes[0], "default", variant)
-        return self.sizes[preset][variant]
+        """Return the size of ``preset`` and ``variant``: a NamedTuple of the workload's own.
+
+        A getter, like :meth:`counts`, :meth:`peak` and :meth:`footprint`: the options were
+        checked once where they came in (:meth:`validate`), so none of them checks again.
+        """
+        return self.sizes[preset][self.default_variant if variant is None else variant]
 
     def counts(
         self, preset: str = "cpu", dtype: str = "float32", variant: str | None = None
@@ -245,7 +248,7 @@ class KernelSpec:
         Returns:
             The work of one call; derived from XLA's cost analysis when ``count_fn`` is None.
         """
-        variant = self.validate(preset, dtype, "default", variant)
+        variant = self.default_variant if variant is None else variant
         if self.count_fn is None:
             return self._derived_counts(preset, dtype, variant)
         return self.count_fn(self.sizes[preset][variant], ITEMSIZE[dtype])
@@ -284,7 +287,6 @@ class KernelSpec:
         Returns:
             ``"fp32"``, ``"tf32"``, ``"bf16"``, ``"fp16"`` or ``"fp64"``.
         """
-        self.validate(self.presets[0], dtype, precision)
         return compute_roof(dtype, precision, framework, uses_matmul=self.uses_matmul,
                             convolution=self.convolution)
 
@@ -352,16 +354,22 @@ class KernelOptions:
     compile: bool = False
     deterministic: bool = True
 
-    def resolved(self, spec: KernelSpec) -> KernelOptions:
-        """These options checked against ``spec`` and written one way: the variant named,
-        ``xla`` True for JAX (which always compiles with XLA) and False for PyTorch, ``compile``
-        False and ``deterministic`` True outside PyTorch (the knobs only it has), the seed an
-        ``int``.
+    def checked(self, spec: KernelSpec) -> KernelOptions:
+        """These options checked against ``spec`` (:meth:`KernelSpec.validate`), then
+        :meth:`resolved`: what a kernel is built from.
 
         Raises:
             KernelOptionError: an unknown preset, dtype, precision or variant.
         """
-        variant = spec.validate(self.preset, self.dtype, self.precision, self.variant)
+        spec.validate(self.preset, self.dtype, self.precision, self.variant)
+        return self.resolved(spec)
+
+    def resolved(self, spec: KernelSpec) -> KernelOptions:
+        """These options written one way (checks nothing: :meth:`checked` does): the variant
+        named, ``xla`` True for JAX (which always compiles with XLA) and False for PyTorch,
+        ``compile`` False and ``deterministic`` True outside PyTorch (the knobs only it has), the
+        seed an ``int``. Two requests for one kernel resolve equal: the kernel cache's key."""
+        variant = spec.default_variant if self.variant is None else self.variant
         xla = self.framework == "jax" or (self.framework == "tensorflow" and bool(self.xla))
         torch = self.framework == "pytorch"
         return dataclasses.replace(

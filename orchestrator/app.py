@@ -23,11 +23,11 @@ from pathlib import Path
 
 from orchestrator.config import CONF_DIR, DvfsConfig, register_configs
 from orchestrator.errors import DvfsError, UserError, hydra_user_error
+from orchestrator.jobs.job import JobSpec, record_sweep
 from orchestrator.launching import estimate
 from orchestrator.launching.resume import resume_trials
 from orchestrator.measuring.session import GpuSession
 from orchestrator.progress import summarise
-from orchestrator.results.jobs import JobSpec, record_sweep
 from orchestrator.results.rows import JobResult
 
 

@@ -461,7 +461,7 @@ COMMAND = "command"
 def _check_command(w: WorkloadConfig, m: MeasureConfig) -> None:
     """``workload=command``'s limit leaves the trial room for its reference run; the other
     workloads take no ``argv`` (a job checks that a program's ``argv`` is there and starts:
-    ``results.jobs``, as a custom workload's target is checked there)."""
+    ``jobs.checks``, as a custom workload's target is checked there)."""
     if w.name != COMMAND:
         if w.argv:
             raise UserError(f"workload.argv is for workload=command, not workload={w.name}")

@@ -52,8 +52,8 @@ def trial_overrides(workload: str, framework: str, args: argparse.Namespace) -> 
 
 
 def _trial(ctx: Any, cfg: Any) -> dict[str, Any]:
+    from orchestrator.jobs.job import JobSpec
     from orchestrator.measuring.trial import run_trial
-    from orchestrator.results.jobs import JobSpec
 
     (row,) = run_trial(ctx, JobSpec.from_config(cfg))
     if row["status"] in ("crash", "timeout", "device_error", "not_measured", "out_of_memory"):

@@ -79,8 +79,8 @@ def paired_ratio(series: list[float], bare: list[float]) -> float:
 
 def _trial(ctx: Any, overrides: list[str]) -> dict[str, Any]:
     from orchestrator.config import compose
+    from orchestrator.jobs.job import JobSpec
     from orchestrator.measuring.trial import run_trial
-    from orchestrator.results.jobs import JobSpec
 
     (row,) = run_trial(ctx, JobSpec.from_config(compose(overrides)))
     if row["status"] in ("crash", "timeout", "device_error"):

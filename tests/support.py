@@ -15,8 +15,8 @@ def sim_slot(index: int, selections: set[str] | None = None, actor: object = Non
     """A pool slot for simulated GPU ``index`` (``GPU-<index>``), as its worker's identify makes
     it; no Ray."""
     from orchestrator.devices.base import DeviceIdentity
+    from orchestrator.jobs.replies import WorkerInfo
     from orchestrator.launching.slot import Slot
-    from orchestrator.measuring.worker import WorkerInfo
 
     uuid = f"GPU-{index}"
     identity = DeviceIdentity(index, uuid, f"00000000:0{index}:00.0", "A100", "ampere", "550",

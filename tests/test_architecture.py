@@ -31,11 +31,13 @@ FLOORS: dict[int, tuple[str, ...]] = {
         "orchestrator.launching", "orchestrator.measuring", "orchestrator.results",
         "orchestrator.realgpu",
         "orchestrator.results.store", "orchestrator.results.provenance",
+        "orchestrator.results.columns", "orchestrator.jobs", "orchestrator.jobs.request",
+        "orchestrator.jobs.policy", "orchestrator.jobs.checks", "orchestrator.jobs.replies",
         "orchestrator.realgpu.measured", "orchestrator.realgpu.check_summary",
         "orchestrator.launching.ray_calls", "orchestrator.launching.estimate",
         "orchestrator.measuring.phases", "orchestrator.testing",
         "orchestrator.testing.chaos_watch"),
-    2: ("orchestrator.measuring.guard", "orchestrator.measuring.policy",
+    2: ("orchestrator.measuring.guard", "orchestrator.jobs.job",
         "orchestrator.measuring.journal", "orchestrator.measuring.meter",
         "orchestrator.measuring.inject", "orchestrator.measuring.window",
         "orchestrator.measuring.memory",
@@ -43,7 +45,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
         "orchestrator.launching.sweep_lock", "orchestrator.realgpu.calibrate",
         "orchestrator.realgpu.readings", "orchestrator.testing.chaos",
         "orchestrator.measuring.program", "orchestrator.measuring.charge", "dvfs"),
-    3: ("orchestrator.results.jobs", "orchestrator.results.rows", "analysis",
+    3: ("orchestrator.results.rows", "analysis",
         "orchestrator.search", "orchestrator.launching.compose"),
     4: ("orchestrator.measuring.trial", "orchestrator.measuring.session",
         "orchestrator.measuring.command",
@@ -74,8 +76,14 @@ def package_files() -> list[Path]:
     return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
 
 
-WINGS = ("launching", "measuring", "results", "realgpu", "testing")
+WINGS = ("launching", "measuring", "results", "realgpu", "testing", "jobs")
 """The folders of ``orchestrator`` whose modules are rooms each (a wing groups rooms)."""
+WINGS_ABOVE: dict[str, tuple[str, ...]] = {
+    "jobs": ("measuring", "results", "launching", "realgpu", "testing"),
+}
+"""A wing -> the wings above it, which no module of it may import at run time, whatever the
+floors of their rooms (``jobs``, what a trial is asked to do, lies below those that run and
+record it)."""
 
 
 def room_of(module: str) -> str:
@@ -140,6 +148,15 @@ def test_imports_point_down_or_along_a_floor():
     upward = [f"{where}: {src} (floor {FLOOR_OF[src]}) imports {dst} (floor {FLOOR_OF[dst]})"
               for src, targets in room_edges().items() for dst, where in targets.items()
               if FLOOR_OF[dst] > FLOOR_OF[src]]
+    assert upward == []
+
+
+def test_no_wing_imports_a_wing_above_it():
+    upward = [f"{where}: {src} imports {dst}"
+              for src, targets in room_edges().items() for dst, where in targets.items()
+              for wing, above in WINGS_ABOVE.items()
+              if src.startswith(f"orchestrator.{wing}")
+              and any(dst.startswith(f"orchestrator.{a}.") for a in above)]
     assert upward == []
 
 

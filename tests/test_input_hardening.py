@@ -163,8 +163,8 @@ def check_overrides(overrides: list[str], device: Any) -> UserError | None:
     Hydra and OmegaConf errors are converted as ``dvfs sweep`` converts them (``run_sweep``); any
     other exception escapes, and fails the test.
     """
-    from orchestrator.measuring.guard import Policy
-    from orchestrator.results.jobs import JobSpec
+    from orchestrator.jobs.job import JobSpec
+    from orchestrator.jobs.policy import Policy
 
     try:
         cfg = C.compose(overrides)

@@ -23,7 +23,7 @@ from support import DVFS, REPO
 
 from orchestrator.devices import open_backend
 from orchestrator.errors import UserError
-from orchestrator.measuring.policy import load_policy
+from orchestrator.jobs.policy import load_policy
 from orchestrator.results.store import ResultStore
 
 QUICK = ["workload.size=tiny", "measure=quick", "measure.settle_s=0"]

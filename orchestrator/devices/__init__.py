@@ -114,7 +114,11 @@ def sim_state_dir(
         join_existing: as :func:`open_backend`'s: where no machine of this config's spec is
             found, the machine already in the state directory is the one meant.
     """
-    device = to_device_config(device)
+    return _machine_state_dir(to_device_config(device), join_existing)
+
+
+def _machine_state_dir(device: DeviceConfig, join_existing: bool) -> Path:
+    """:func:`sim_state_dir` of a config already typed (``journal_dir`` types it once)."""
     explicit = device.state_dir or os.environ.get(SIM_STATE_ENV)
     spec = _sim_spec(device)
     if explicit:
@@ -141,7 +145,7 @@ def journal_dir(device: DeviceConfig | Mapping[str, Any]) -> Path:
         return Path(explicit).expanduser().resolve()
     backend = device.backend
     if backend == "sim":
-        return sim_state_dir(device, join_existing=True) / "journal"
+        return _machine_state_dir(device, join_existing=True) / "journal"
     name = f"journal-{backend}" if backend in ("cpu", "tpu") else "journal"
     if os.geteuid() == 0:
         return Path("/var/lib/dvfs") / name

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserError
+from orchestrator.jobs.job import PER_JOB_KEYS, JobSpec, machine_key
 from orchestrator.launching.compose import SweepComposer
 from orchestrator.launching.slot import selection_key
-from orchestrator.results.jobs import PER_JOB_KEYS, JobSpec, machine_key
 
 
 @dataclass

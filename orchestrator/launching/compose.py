@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UserError
-from orchestrator.results.jobs import JobSpec
+from orchestrator.jobs.job import JobSpec
 
 if TYPE_CHECKING:
     from hydra.core.config_loader import ConfigLoader

@@ -1,8 +1,8 @@
 """The driver's pool of GPU workers: one Ray actor per GPU, and Ray's lifetime under them.
 
 A ``GpuPool`` is the set of workers of one machine: it starts one ``worker.GpuWorker`` per GPU
-the Ray cluster declares (``num_gpus=1, num_cpus=0``), learns which GPU each got (a
-``worker.WorkerInfo``), keeps those that some job's ``device.gpus`` (and the launcher's placement)
+the Ray cluster declares (``num_gpus=1, num_cpus=0``), learns which GPU each got (a ``WorkerInfo``),
+keeps those that some job's ``device.gpus`` (and the launcher's placement)
 selects (``launching.scheduling`` then checks each job's settings against each GPU, before
 the supervisor, ``orchestrator.launching.supervisor``, sends any work). ``device.gpus`` is a job's
 *route*, not part of the machine: jobs that name different GPUs (the stability sweeper pins each
@@ -37,6 +37,8 @@ from typing import Any
 
 from orchestrator import interrupt
 from orchestrator.errors import DeviceLostError, UserError
+from orchestrator.jobs.job import PER_JOB_KEYS, machine_key
+from orchestrator.jobs.replies import WorkerInfo
 from orchestrator.launching.calls import CallsInFlight
 from orchestrator.launching.pool_join import EarlyStart
 from orchestrator.launching.ray_calls import (
@@ -49,8 +51,7 @@ from orchestrator.launching.ray_calls import (
 from orchestrator.launching.scheduling import refuse_duplicates
 from orchestrator.launching.settings import LaunchSettings
 from orchestrator.launching.slot import Call, Slot, SlotState, selection_key
-from orchestrator.measuring.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker, WorkerInfo
-from orchestrator.results.jobs import PER_JOB_KEYS, machine_key
+from orchestrator.measuring.worker import SIM_STATE_ENV, WORKER_ENV, GpuWorker
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,8 @@ class GpuPool:
             replacing: it replaces a worker that died or hung (counted as a restart); False: one
                 more try after a new worker landed on another GPU of the node (``Slot.park``).
         """
-        slot.new_worker(self.spawn(slot.node_id), restart=replacing)
+        actor = self.spawn(slot.node_id)  # on the slot's node, where its GPU is
+        slot.new_worker(actor, restart=replacing)
         self.calls.send(slot, Call.IDENTIFY, deadline=deadline)
 
     # --- early start ---------------------------------------------------------------------------
@@ -193,17 +195,18 @@ class GpuPool:
         import ray
 
         self.join_error = None
+        info: WorkerInfo | None = None
         try:
-            info: WorkerInfo = ray.get(ref)
+            info = ray.get(ref)
         except ray.exceptions.RayError as e:
-            if isinstance(getattr(e, "cause", None), DeviceLostError):
-                self.early_start.hold_and_retry(actor)  # it holds a lost GPU: none lands there
+            if not isinstance(getattr(e, "cause", None), DeviceLostError):
+                self.join_error = first_line(e)
+                kill(actor)
                 return None
-            self.join_error = first_line(e)
-            kill(actor)
-            return None
-        if any(s.uuid == info.uuid for s in self.slots):  # Ray gave it a GPU the pool has
-            self.early_start.hold_and_retry(actor)  # (a retired one): the next lands elsewhere
+        # Held, and another started in its place, where it holds a lost GPU (none lands there)
+        # or Ray gave it a GPU the pool has (a retired one): the next lands elsewhere.
+        if info is None or any(s.uuid == info.uuid for s in self.slots):
+            self.early_start.hold_and_retry(actor)
             return None
         self._node_gpus[info.node_id] = self._node_gpus.get(info.node_id, 0) + 1
         slot = Slot(info, actor, selections=set(self.selections))

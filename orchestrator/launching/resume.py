@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import UserError
+from orchestrator.jobs.job import record_sweep
 from orchestrator.launching.settings import RETRY_POLICIES, LaunchSettings
-from orchestrator.results.jobs import record_sweep
 from orchestrator.results.rows import JobResult, Status, attempt_of
 from orchestrator.results.store import STORE_FILENAME, ResultStore
 
@@ -204,17 +204,22 @@ class BatchStores:
             uuids += [u for u in self.recorded.get(job.store_dir, ()) if u not in uuids]
         return uuids
 
-    def resume(self, chunk: Iterable[Job], slots: list[Slot]) -> dict[tuple[Path, int], dict]:
-        """What the stores hold of ``chunk``'s trials: one keyed query per store and repeats,
-        ``{(store_dir, repeats): {trial key: Resume}}`` (``jobs.resume_trials``)."""
+    def resume(self, chunk: Iterable[Job], slots: list[Slot]) -> list[dict[str, Resume]]:
+        """What the stores hold of each of ``chunk``'s jobs, in order: for each GPU whose stored
+        trial of it counts (:meth:`gpus_of`, asked once per job), what to do with that trial
+        (``{GPU uuid: Resume}``); one keyed query per store and repeats (``resume_trials``)."""
         chunk = list(chunk)
-        found: dict[tuple[Path, int], dict] = {}
+        keyed: list[dict[str, str]] = [{} for _ in chunk]  # per job: GPU uuid -> trial key
+        found: dict[tuple[Path, int], dict[str, Resume]] = {}
         for group in dict.fromkeys((j.store_dir, j.repeats) for j in chunk):
-            jobs = [j for j in chunk if (j.store_dir, j.repeats) == group]
-            store = self.of(jobs[0], slots)
-            keys = [j.spec.trial_key(u) for j in jobs for u in self.gpus_of(j, slots)]
+            at = [i for i, j in enumerate(chunk) if (j.store_dir, j.repeats) == group]
+            store = self.of(chunk[at[0]], slots)  # opened first: it says which GPUs it recorded
+            for i in at:
+                keyed[i] = {u: chunk[i].spec.trial_key(u) for u in self.gpus_of(chunk[i], slots)}
+            keys = [key for i in at for key in keyed[i].values()]
             found[group] = resume_trials(store, keys, group[1], self.settings.retry)
-        return found
+        return [{u: found[(j.store_dir, j.repeats)][key] for u, key in keys.items()}
+                for j, keys in zip(chunk, keyed, strict=True)]
 
     def close(self) -> None:
         """Close every open store."""

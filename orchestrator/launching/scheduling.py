@@ -35,9 +35,9 @@ from orchestrator.launching.slot import SlotState
 R = TypeVar("R")  # a stored trial's result (``rows.JobResult``)
 
 if TYPE_CHECKING:
+    from orchestrator.jobs.replies import WorkerInfo
     from orchestrator.launching.batch import Job
     from orchestrator.launching.slot import Slot
-    from orchestrator.measuring.worker import WorkerInfo
 
 
 class JobQueue:
@@ -203,7 +203,7 @@ def refusals(slots: list[Slot], jobs: list[Any]) -> list[str]:
 
 
 def refuse_duplicates(infos: list[WorkerInfo]) -> None:
-    """Two workers that see one GPU (``worker.WorkerInfo`` s) cannot both be in the pool.
+    """Two workers that see one GPU (``jobs.replies.WorkerInfo`` s) cannot both be in the pool.
 
     Raises:
         UserError: naming the GPU, both hosts and both simulated machines.

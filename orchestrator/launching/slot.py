@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.measuring.worker import WorkerInfo
+from orchestrator.jobs.replies import WorkerInfo
 
 
 # --- a slot: one GPU and its worker -----------------------------------------------------------

@@ -43,16 +43,17 @@ from typing import TYPE_CHECKING, Any
 from orchestrator import interrupt
 from orchestrator.launching.pool import GpuPool
 from orchestrator.launching.ray_calls import first_line, kill
-from orchestrator.launching.resume import BatchStores
+from orchestrator.launching.resume import BatchStores, Resume
 from orchestrator.launching.scheduling import JobQueue, share_while_starting
 from orchestrator.launching.slot import Call, Slot, SlotState
 from orchestrator.progress import Progress, summarise
-from orchestrator.results.rows import JobResult, Status, failure_rows
+from orchestrator.results.columns import LaunchFacts
+from orchestrator.results.rows import JobResult, Status, add_launch, failure_rows
 
 if TYPE_CHECKING:
+    from orchestrator.jobs.replies import AcquireReply, TrialReply, WorkerInfo
     from orchestrator.launching.batch import Job, JobStream
     from orchestrator.measuring.trial_trace import TrialTrace
-    from orchestrator.measuring.worker import AcquireReply, TrialReply, WorkerInfo
 
 class Supervisor:
     """Runs one batch of jobs over a started pool (see the module docstring for the semantics).
@@ -148,22 +149,24 @@ class Supervisor:
         live = [s.uuid for s in self.pool.slots if s.live]
         while not self.jobs.exhausted and self.queue.waiting(live) < self.low_water:
             chunk = self.jobs.take(self.chunk)
-            stored = self.stores.resume(chunk, self.pool.slots)
-            for found in stored.values():
-                self.attempts.update({k: r.attempt for k, r in found.items() if r.attempt > 1})
-            for job in chunk:
-                self._plan_job(job, stored[(job.store_dir, job.repeats)])
-            for slot in self.pool.slots:  # what a GPU retired before these jobs came cannot run
-                if not slot.live:
-                    self._fail_queue(slot) if self.every else self._fail_stranded()
+            for job, stored in zip(chunk, self.stores.resume(chunk, self.pool.slots), strict=True):
+                self.attempts.update({job.spec.trial_key(u): r.attempt
+                                      for u, r in stored.items() if r.attempt > 1})
+                self._plan_job(job, stored)
+            # What only GPUs retired before these jobs came could run cannot run (a GPU's own
+            # queue for ``every``; else the jobs stranded, found once for all those GPUs).
+            dead = [s for s in self.pool.slots if not s.live]
+            if self.every:
+                for slot in dead:
+                    self._fail_queue(slot)
+            elif dead:
+                self._fail_stranded()
 
-    def _plan_job(self, job: Job, stored: dict[str, Any]) -> None:
-        """Queue one job (per GPU, for ``every``) unless its trial's stored rows stand."""
-        done: dict[str, JobResult] = {}
-        for uuid in self.stores.gpus_of(job, self.pool.slots):
-            resume = stored.get(job.spec.trial_key(uuid))
-            if resume is not None and not resume.run:
-                done[uuid] = JobResult.of(resume.rows, job.spec.objective_name)
+    def _plan_job(self, job: Job, stored: dict[str, Resume]) -> None:
+        """Queue one job (per GPU, for ``every``) unless its trial's stored rows stand
+        (``stored``: what to do with its trial on each GPU whose trial counts)."""
+        done = {uuid: JobResult.of(resume.rows, job.spec.objective_name)
+                for uuid, resume in stored.items() if not resume.run}
         for uuid, result in self.queue.plan(job, self.pool.slots, done).items():
             self.results.setdefault(job.num, {})[uuid] = result
             self.progress.trial_skipped()
@@ -189,22 +192,27 @@ class Supervisor:
         """Send each idle GPU its next job (the least used first), then one to each busy GPU to
         run after its trial (``queue_ahead``)."""
         idle = [s for s in self.pool.slots if s.state is SlotState.IDLE]
+        share = self._share()  # the same for every send below: none starts or joins a worker
         for slot in self.queue.least_used(idle):
-            self._send(slot)
+            self._send(slot, share)
         if self.queue_ahead:
             for slot in self.pool.slots:
                 if slot.may_queue:
-                    self._send(slot)
+                    self._send(slot, share)
 
-    def _send(self, slot: Slot) -> None:
-        """Send a GPU the next job it may take now (``JobQueue.take``): an idle GPU to run at
-        once, a busy one to run after its trial."""
+    def _share(self) -> int | None:
+        """The most jobs a GPU takes while workers are still joining or warming up (None: no
+        limit): ``scheduling.share_while_starting`` over the pool as it is now."""
+        return share_while_starting(self.pool.slots, filling=self.pool.filling,
+                                    expected=self.pool.expected, total=self.jobs.total)
+
+    def _send(self, slot: Slot, share: int | None) -> None:
+        """Send a GPU the next job it may take now (``JobQueue.take``, at most ``share`` per GPU
+        while workers start): an idle GPU to run at once, a busy one to run after its trial."""
         ahead = slot.state is SlotState.BUSY
         if ahead and not (self.queue_ahead and slot.may_queue):
             return
         live = [s for s in self.pool.slots if s.live] if ahead else None
-        share = share_while_starting(self.pool.slots, filling=self.pool.filling,
-                                     expected=self.pool.expected, total=self.jobs.total)
         job = self.queue.take(slot, share=share, ahead_among=live)
         if job is None:
             return
@@ -306,7 +314,7 @@ class Supervisor:
             slot.trial_returned(reply.builds)
             if not reply.unhealthy:  # the next job first: the GPU need not wait for the write
                 self._next_trial(slot)
-                self._send(slot)
+                self._send(slot, self._share())
             self._record(slot, job, reply.rows, {**reply.timing(), **sent})
             if reply.unhealthy:  # it failed during this trial: no further trials
                 self._retire(slot, reply.unhealthy)
@@ -353,7 +361,7 @@ class Supervisor:
         self, slot: Slot, job: Job, rows: list[dict[str, Any]], extra: dict[str, Any]
     ) -> None:
         """Write a trial's rows to the store now, count the trial, print its summary."""
-        launch = {
+        launch: LaunchFacts = {
             "launcher": "ray_gpus",
             "host": slot.info.host,
             "node_id": slot.node_id,
@@ -365,8 +373,8 @@ class Supervisor:
             **extra,
         }
         store = self.stores.of(job, self.pool.slots)
+        add_launch(rows, launch)
         for row in rows:
-            row["launch"] = launch
             store.put(row)
         self.results.setdefault(job.num, {})[slot.uuid] = JobResult.of(rows,
                                                                        job.spec.objective_name)

@@ -63,8 +63,8 @@ from orchestrator.results.rows import Status, base_row, fail_rows, failed_by, va
 
 if TYPE_CHECKING:
     from orchestrator.config import DvfsConfig
+    from orchestrator.jobs.job import JobSpec
     from orchestrator.measuring.trial import TrialContext
-    from orchestrator.results.jobs import JobSpec
 
 POLL_S = 0.05  # how often the wait for the program looks at Ctrl-C and the clock
 STOP_GRACE_S = 5.0  # after SIGINT (or SIGTERM), how long a program has to end before SIGKILL
@@ -516,13 +516,13 @@ def fill_program_row(row: dict[str, Any], measured: _Measured, reference: Refere
     """A program's row: its figures (:func:`fill_span`), its verdict and its result."""
     run = measured.run
     chosen = chosen_windows(run.report, job.config.workload.window)
+    status, error, check = judge(run, reference, job)  # the run's own verdict, before its row
     span = window_span(chosen, row["device_uuid"]) if chosen else measured.span
     fill_span(row, span, job)
     fill_run(row, run, chosen or ([run.report.run] if run.report.run else []))
     fill_work(row, run.report, measured.note)
     row.update(temperature_start_c=measured.temperature_start_c,
                temperature_c=measured.temperature_c, ended_at=time.time())
-    status, error, check = judge(run, reference, job)
     row.update(status=status, failed_by=failed_by(status), error=error,
                reference_result=None if reference is None else reference.result)
     if check is not None:

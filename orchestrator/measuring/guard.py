@@ -31,132 +31,23 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass
 from types import FrameType
 from typing import Any
 
 from filelock import FileLock, Timeout
 
-from orchestrator.devices.base import Device, DeviceCapabilities
+from orchestrator.devices.base import Device
 from orchestrator.errors import (
     DeviceBusyError,
     DvfsError,
     InvalidSettingError,
-    PolicyViolationError,
     UnrestoredDeviceError,
     UserError,
     close_on_exit,
 )
+from orchestrator.jobs.policy import Policy
+from orchestrator.jobs.request import SettingsRequest
 from orchestrator.measuring.journal import JOURNAL_VERSION, Journal, restore_setting
-
-
-@dataclass(frozen=True)
-class SettingsRequest:
-    """What a trial asks of a device; None leaves that setting at the device's default."""
-
-    sm_clock_mhz: tuple[int, int] | None = None  # locked (min, max) SM clock
-    mem_clock_mhz: int | None = None  # locked memory clock
-    power_limit_w: float | None = None  # power-management limit
-    clock_offset_mhz: int | None = None  # GPC clock offset
-
-    @property
-    def is_default(self) -> bool:
-        """True when nothing is asked for (the device's default setting)."""
-        return all(v is None for v in asdict(self).values())
-
-    def describe(self) -> str:
-        """A short human description, e.g. ``sm=1065 MHz, power=250 W``."""
-        parts = []
-        if self.sm_clock_mhz is not None:
-            lo, hi = self.sm_clock_mhz
-            parts.append(f"sm={hi} MHz" if lo == hi else f"sm={lo}-{hi} MHz")
-        if self.mem_clock_mhz is not None:
-            parts.append(f"mem={self.mem_clock_mhz} MHz")
-        if self.power_limit_w is not None:
-            parts.append(f"power={self.power_limit_w:g} W")
-        if self.clock_offset_mhz is not None:
-            parts.append(f"offset={self.clock_offset_mhz:+d} MHz")
-        return ", ".join(parts) or "device default"
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Allowed ranges; None means "whatever the device supports"."""
-
-    sm_clock_range_mhz: tuple[int, int] | None = None
-    power_range_w: tuple[float, float] | None = None
-    clock_offset_range_mhz: tuple[int, int] | None = None
-
-    @classmethod
-    def from_mapping(cls, data: dict[str, Any] | None) -> Policy:
-        """Build from a mapping like ``{"sm_clock_range_mhz": [900, 1410], ...}``."""
-        data = dict(data or {})
-        unknown = set(data) - {"sm_clock_range_mhz", "power_range_w", "clock_offset_range_mhz"}
-        if unknown:
-            raise UserError(f"unknown policy keys: {', '.join(sorted(unknown))}")
-        return cls(**{k: tuple(v) if v is not None else None for k, v in data.items()})
-
-    def check(self, request: SettingsRequest, caps: DeviceCapabilities, device_name: str) -> None:
-        """Refuse a request outside this policy or the device's support, before any call."""
-        if request.mem_clock_mhz is not None and request.mem_clock_mhz not in caps.mem_clocks_mhz:
-            raise InvalidSettingError(
-                f"memory clock {request.mem_clock_mhz} MHz is not supported by {device_name}; "
-                f"supported: {', '.join(map(str, sorted(caps.mem_clocks_mhz)))} MHz"
-            )
-        if request.sm_clock_mhz is not None:
-            supported = caps.supported_sm_clocks_mhz(request.mem_clock_mhz)
-            lo, hi = request.sm_clock_mhz
-            if lo > hi:
-                raise InvalidSettingError(f"SM clock range {lo}-{hi} MHz has min above max")
-            for value in {lo, hi}:
-                if value not in supported:
-                    raise InvalidSettingError(
-                        f"SM clock {value} MHz is not supported by {device_name}; supported: "
-                        f"{supported[0]}-{supported[-1]} MHz in {_steps(supported)} "
-                        f"({len(supported)} values), e.g. {_nearest(supported, value)}"
-                    )
-            self._within("SM clock", (lo, hi), self.sm_clock_range_mhz, "MHz")
-        if request.power_limit_w is not None:
-            p = request.power_limit_w
-            if not caps.power_limit_min_w <= p <= caps.power_limit_max_w:
-                raise InvalidSettingError(
-                    f"power limit {p:g} W is out of range for {device_name}: "
-                    f"{caps.power_limit_min_w:g}-{caps.power_limit_max_w:g} W"
-                )
-            self._within("power limit", (p, p), self.power_range_w, "W")
-        if request.clock_offset_mhz is not None:
-            rng = caps.clock_offset_range_mhz
-            off = request.clock_offset_mhz
-            if rng is None:
-                raise InvalidSettingError(f"{device_name} does not support clock offsets")
-            if not rng[0] <= off <= rng[1]:
-                raise InvalidSettingError(
-                    f"clock offset {off:+d} MHz is out of range for {device_name}: "
-                    f"{rng[0]}..{rng[1]} MHz"
-                )
-            self._within("clock offset", (off, off), self.clock_offset_range_mhz, "MHz")
-
-    @staticmethod
-    def _within(what: str, value: tuple[float, float], allowed: tuple | None, unit: str) -> None:
-        if allowed is not None and not (allowed[0] <= value[0] and value[1] <= allowed[1]):
-            shown = f"{value[0]:g}" if value[0] == value[1] else f"{value[0]:g}-{value[1]:g}"
-            raise PolicyViolationError(
-                f"{what} {shown} {unit} is outside the policy's allowed range "
-                f"{allowed[0]:g}-{allowed[1]:g} {unit}"
-            )
-
-
-def _steps(clocks: tuple[int, ...]) -> str:
-    if len(clocks) < 2:
-        return "one step"
-    diffs = sorted({b - a for a, b in zip(clocks, clocks[1:])})
-    return f"{diffs[0]} MHz steps" if len(diffs) == 1 else f"{diffs[0]}-{diffs[-1]} MHz steps"
-
-
-def _nearest(clocks: tuple[int, ...], value: int) -> str:
-    near = sorted(clocks, key=lambda c: abs(c - value))[:2]
-    return " or ".join(f"{c}" for c in sorted(near))
-
 
 # --- the guard --------------------------------------------------------------------------------
 _open_guards: set[SettingsGuard] = set()

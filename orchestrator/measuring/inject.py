@@ -50,9 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserError
+from orchestrator.jobs.checks import FAULT_ACTIONS, validate_inject
 
-ACTIONS = ("hang_s", "exit_process", "raise_error", "lose_gpu", "pause_s", "slow_s")
-KEYS = ("at_call", "gpu", "workload", "times", *ACTIONS)
 SIM_STATE_ENV = "DVFS_SIM_STATE_DIR"  # as orchestrator.devices.SIM_STATE_ENV (no import: floor 1)
 
 
@@ -71,60 +70,19 @@ class _Plan:
 _armed: dict[str, _Plan] = {}  # device UUID -> the plan of the trial running on it
 
 
-def validate(spec: Any, backend: str) -> dict[str, Any] | None:
-    """Check a ``device.inject`` value; returns it as a plain dict (None: no injection).
-
-    Raises:
-        UserError: an unknown key, no action or two, a bad value, or a backend other than sim.
-    """
-    if spec is None:
-        return None
-    if hasattr(spec, "items"):
-        spec = {str(k): v for k, v in spec.items()}
-    else:
-        raise UserError(f"device.inject={spec!r} must be a dict, e.g. {{hang_s: 30, at_call: 2}}")
-    if not spec:
-        return None
-    if backend != "sim":
-        raise UserError(
-            f"device.inject is a test-and-chaos knob of the simulated GPU; refused on "
-            f"device.backend={backend}"
-        )
-    unknown = sorted(set(spec) - set(KEYS))
-    if unknown:
-        raise UserError(
-            f"device.inject: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}"
-        )
-    actions = [a for a in ACTIONS if spec.get(a) not in (None, False)]
-    if len(actions) != 1:
-        raise UserError(
-            f"device.inject needs exactly one of {', '.join(ACTIONS)}; got {actions or 'none'}"
-        )
-    at_call = spec.get("at_call", 1)
-    if not isinstance(at_call, int) or at_call < 1:
-        raise UserError(f"device.inject.at_call={at_call!r} must be a call number from 1")
-    times = spec.get("times", 1)
-    if times is not None and (not isinstance(times, int) or times < 1):
-        raise UserError(f"device.inject.times={times!r} must be 1 or more, or null (every trial)")
-    for key in ("hang_s", "pause_s", "slow_s"):
-        if spec.get(key) is not None and not float(spec[key]) > 0:
-            raise UserError(f"device.inject.{key}={spec[key]} must be greater than 0")
-    return spec
-
-
 def arm(spec: Any, device: Any, *, sweep_id: str = "", workload: str | None = None) -> bool:
     """Arm (or clear) the fault for the next trial on ``device``; True if it will fire.
 
     Args:
-        spec: the job's ``device.inject`` (None or empty: nothing).
+        spec: the job's ``device.inject`` as ``jobs.checks.validate_inject`` returned it when
+            the job was made (``JobSpec.inject``; None: nothing); not checked again per trial.
         device: the ``Device`` the trial runs on.
         sweep_id: scopes the ``times`` count to one sweep.
         workload: the trial's workload name (for the ``workload`` filter).
     """
     ident = device.identity
     _armed.pop(ident.uuid, None)
-    spec = validate(spec, ident.backend)
-    if spec is None:
+    if not spec or ident.backend != "sim":  # any other was refused with the job
         return False
     gpu = spec.get("gpu")
     if gpu is not None and str(gpu) not in (str(ident.index), ident.uuid):
@@ -183,7 +141,7 @@ def _fire(spec: dict[str, Any], uuid: str) -> None:
     elif spec.get("raise_error") is not None:
         raise InjectedFault(f"injected fault: {spec['raise_error']}")
     elif spec.get("lose_gpu"):
-        from orchestrator.devices.sim import nvml as sim  # the sim only: validate() said so
+        from orchestrator.devices.sim import nvml as sim  # the sim only: validate_inject said so
 
         sim.simDeviceSetLost(sim.nvmlDeviceGetHandleByUUID(uuid), True)
 
@@ -203,8 +161,8 @@ def schedule(state_dir: str | os.PathLike[str], uuid: str, spec: dict[str, Any])
     Raises:
         UserError: not exactly one action, or another key.
     """
-    spec = validate(dict(spec), "sim") or {}
-    extra = sorted(set(spec) - set(ACTIONS) | ({"pause_s", "slow_s"} & set(spec)))
+    spec = validate_inject(dict(spec), "sim") or {}
+    extra = sorted(set(spec) - set(FAULT_ACTIONS) | ({"pause_s", "slow_s"} & set(spec)))
     if extra:  # pause_s and slow_s belong to a trial; a scheduled fault fires in one call
         raise UserError(f"a scheduled fault is one action; {', '.join(extra)} do not apply")
     path = _scheduled_path(Path(state_dir), uuid)

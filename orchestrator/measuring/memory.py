@@ -36,9 +36,10 @@ started, and the row's ``footprint_note`` says so.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.config import AUTO_SIZE
 
@@ -106,22 +107,23 @@ def held_budget(free: int | None, m: MeasureConfig) -> float:
     return budget
 
 
-def footprint(spec: KernelSpec, cfg: DvfsConfig, preset: str, device_preset: str,
+def footprint(spec: KernelSpec, cfg: DvfsConfig, host: int, device_preset: str,
               free: int | None) -> Footprint:
-    """The footprint of ``spec`` computing ``preset`` (``device_preset`` on the device: the
-    sim's ``sim_size``), its held samples bounded by the share of ``free``."""
+    """The footprint of ``spec`` on the device at ``device_preset`` (the preset it computes, or
+    the sim's ``sim_size``), its held samples bounded by the share of ``free``; ``host`` is what
+    the host needs for the preset it computes (:func:`host_bytes`, counted once by the caller)."""
     from kernels.cost import kernel_memory
     from orchestrator.measuring.window import held_samples
 
     dtype, m = cfg.workload.dtype, cfg.measure
-    mem = kernel_memory(spec, cfg.framework.name, device_preset, dtype, cfg.framework.precision)
     itemsize = _itemsize(dtype)
+    mem = kernel_memory(spec, cfg.framework.name, device_preset, dtype, cfg.framework.precision)
     has_ref = spec.reference_fn is not None
     reference = mem.output // itemsize * 8 if has_ref else 0
     samples, _ = held_samples(m.reference_samples, mem.output, held_budget(free, m), m.repeats)
     held = (samples + 1) * m.repeats * mem.output
     return Footprint(device_preset, mem.inputs, mem.output, mem.temporaries, reference, held,
-                     host_bytes(spec, cfg, preset), mem.source, samples)
+                     host, mem.source, samples)
 
 
 KERNEL_REFERENCE_FACTOR = 3.0
@@ -138,25 +140,18 @@ def host_bytes(spec: KernelSpec, cfg: DvfsConfig, preset: str) -> int:
     """Host memory a kernel at ``preset`` needs beyond the process: its inputs as drawn
     (float64) and rounded, and the float64 reference with its working set (the factors
     above: measured, not modelled)."""
-    dtype = cfg.workload.dtype
-    itemsize = _itemsize(dtype)
-    shapes = spec.shapes_fn(spec.size(preset))
-    elements = sum(_prod(s) for s in shapes)
+    itemsize = _itemsize(cfg.workload.dtype)
+    # What the workload says of itself, read once: its arrays' elements, its float64 footprint.
+    sizes = [math.prod(int(n) for n in s) for s in spec.shapes_fn(spec.size(preset))]
+    modelled = spec.peak_bytes(preset, "float64") if spec.reference_fn is not None else None
+    elements = sum(sizes)
     drawn = elements * (8 + itemsize)
     if spec.reference_fn is None:
         return drawn
-    modelled = spec.peak_bytes(preset, "float64")
     if modelled:
         return int(drawn + MODEL_REFERENCE_FACTOR * modelled)
-    largest = max((_prod(s) for s in shapes), default=0)
+    largest = max(sizes, default=0)
     return int(KERNEL_REFERENCE_FACTOR * (elements * 8 + largest * 8))
-
-
-def _prod(shape: Any) -> int:
-    total = 1
-    for n in shape:
-        total *= int(n)
-    return total
 
 
 def _itemsize(dtype: str) -> int:
@@ -191,7 +186,8 @@ def plan_trial(device: Device, spec: KernelSpec, cfg: DvfsConfig, preset: str | 
     if sim:  # the host computes a small problem; the board holds the one sim_size models
         preset = spec.presets[0] if size == AUTO_SIZE else size
         modelled = cfg.workload.sim_size or preset
-        fp = footprint(spec, cfg, preset, modelled, free)
+        host_need = host_bytes(spec, cfg, preset)
+        fp = footprint(spec, cfg, host_need, modelled, free)
         _check(fp, device, info, host)
         return preset, Plan(fp, free, _note(fp, size, info))
     candidates = list(reversed(spec.presets)) if size == AUTO_SIZE else [size]
@@ -204,7 +200,7 @@ def plan_trial(device: Device, spec: KernelSpec, cfg: DvfsConfig, preset: str | 
                 f"float64 reference), {gib(host.free_bytes)} GiB available (a {MARGIN:.0%} "
                 "margin kept)")
             continue
-        fp = footprint(spec, cfg, preset, preset, free)
+        fp = footprint(spec, cfg, host_need, preset, free)
         try:
             _check(fp, device, info, host)
         except OutOfMemory as e:

@@ -29,9 +29,9 @@ from typing import Any
 
 from orchestrator import interrupt
 from orchestrator.errors import UserError
+from orchestrator.jobs.job import JobSpec, record_sweep
 from orchestrator.measuring import command
 from orchestrator.measuring.meter import EnergyMeter
-from orchestrator.results.jobs import JobSpec, record_sweep
 from orchestrator.results.rows import Status, base_row, failed_by
 
 USAGE = """\

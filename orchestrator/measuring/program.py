@@ -67,7 +67,6 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.devices.base import Device, Fault, KernelWork
-from orchestrator.errors import UserError
 from orchestrator.measuring.meter import EnergyMeter, Measurement
 
 PROGRAM_FILE_ENV = "DVFS_PROGRAM_FILE"  # where a trial or `dvfs monitor` wants the records
@@ -321,24 +320,6 @@ def program_argv(argv: Sequence[Any]) -> list[str]:
     if args and args[0] in ("python", "python3"):
         args[0] = sys.executable
     return args
-
-
-def check_program(argv: Sequence[Any], cwd: str | None) -> None:
-    """Refuse a program that cannot start (one line, before any device is touched)."""
-    import shutil
-
-    args = program_argv(argv)
-    if not args:
-        raise UserError("no program to run: give one after --, e.g. -- python train.py")
-    where = Path(cwd or ".")
-    if not where.is_dir():
-        raise UserError(f"workload.cwd={cwd}: no such directory")
-    if os.sep in args[0]:
-        found = (where / args[0]).exists()
-    else:
-        found = shutil.which(args[0]) is not None
-    if not found:
-        raise UserError(f"{args[0]}: no such program (on PATH, or in {where.resolve()})")
 
 
 # --- the process: its GPUs and its open windows --------------------------------------------------

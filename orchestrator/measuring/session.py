@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import DeviceConfig, to_device_config
 from orchestrator.errors import DvfsError, close_on_exit
-from orchestrator.results.jobs import machine_key
+from orchestrator.jobs.job import machine_key
 
 if TYPE_CHECKING:
     from orchestrator.devices import CpuBackend, NvmlBackend
@@ -76,9 +76,9 @@ class GpuSession:
         """Enter the guard of one GPU (takes its lease) and give it a kernel cache."""
         from kernels import KernelCache
         from orchestrator.devices import journal_dir
+        from orchestrator.jobs.policy import load_policy
         from orchestrator.measuring.guard import SettingsGuard
         from orchestrator.measuring.journal import Journal
-        from orchestrator.measuring.policy import load_policy
         from orchestrator.measuring.trial import TrialContext
 
         assert self._backend is not None  # opened by context

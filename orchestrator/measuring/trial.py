@@ -93,9 +93,9 @@ from orchestrator.results.rows import (
 )
 
 if TYPE_CHECKING:
-    from kernels.spec import KernelOptions, KernelSpec, WorkCounts
+    from kernels.spec import KernelOptions, Peak, WorkCounts
     from orchestrator.config import DvfsConfig
-    from orchestrator.results.jobs import JobSpec
+    from orchestrator.jobs.job import JobSpec
 
 
 @dataclass
@@ -157,7 +157,7 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
     except DeviceError as e:
         fail_rows(rows, base, job.repeats, Status.DEVICE_ERROR, str(e))
     except Exception as e:  # noqa: BLE001 - a kernel that raised is a crashed trial, not a crashed sweep
-        _fail_kernel(rows, base, job, e, plan)
+        fail_rows(rows, base, job.repeats, *_kernel_failure(e, plan))
     finally:
         try:
             with timed(phases, "restore"):
@@ -171,14 +171,12 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
     return rows
 
 
-def _fail_kernel(rows: list[dict[str, Any]], base: dict[str, Any], job: JobSpec,
-                 e: Exception, plan: Plan | None) -> None:
-    """A kernel that raised: out of memory (device or host) is its own status, else a crash."""
+def _kernel_failure(e: Exception, plan: Plan | None) -> tuple[Status, str]:
+    """The status and error of a kernel that raised: out of memory (device or host) is its own
+    status, else a crash; the trial fails its rows with them as with any other failure."""
     if is_out_of_memory(e):
-        fail_rows(rows, base, job.repeats, Status.OUT_OF_MEMORY, oom_reason(e, plan))
-        return
-    error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
-    fail_rows(rows, base, job.repeats, Status.CRASH, error)
+        return Status.OUT_OF_MEMORY, oom_reason(e, plan)
+    return Status.CRASH, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
 
 
 def _plan(ctx: TrialContext, job: JobSpec, base: dict[str, Any]) -> tuple[str, Plan | None]:
@@ -189,18 +187,15 @@ def _plan(ctx: TrialContext, job: JobSpec, base: dict[str, Any]) -> tuple[str, P
     Raises:
         OutOfMemory: the size (or, for ``auto``, every size) does not fit.
     """
-    from orchestrator.results.jobs import validate_workload
-
-    cfg, device = job.config, ctx.device
-    spec = validate_workload(cfg)
+    cfg, device, spec = job.config, ctx.device, job.workload_spec
+    remembered = ctx.sizes.get((spec.name, cfg.framework.name, cfg.workload.dtype))
+    preset = remembered if cfg.workload.size == AUTO_SIZE else cfg.workload.size
+    options = kernel_options(spec.name, cfg, preset) if preset else None
     base.update(size_requested=cfg.workload.size,
                 check_arithmetic=device.float32_matmul_default(cfg.framework.name))
     cache = ctx.kernels
     if not hasattr(cache, "release_others"):  # a stand-in cache: its kernels know no footprint
         return cfg.workload.size, None
-    remembered = ctx.sizes.get((spec.name, cfg.framework.name, cfg.workload.dtype))
-    preset = remembered if cfg.workload.size == AUTO_SIZE else cfg.workload.size
-    options = kernel_options(spec.name, cfg, preset) if preset else None
     cache.release_others(options)  # this kernel's arrays stay, to be used again
     own = cache.resident_bytes(options) if options is not None else 0
     device.model_allocation(0, cfg.framework.name)  # the sim: the process holds its arrays no more
@@ -279,12 +274,10 @@ def _measure(
     """Build and warm the kernel, then one window and its check run per repeat (rows appended,
     their checks into ``held``; the wall time of the build and the warm-up into ``phases``,
     each repeat's into its row)."""
-    from orchestrator.results.jobs import validate_workload
     from orchestrator.results.provenance import library_versions
 
     wall = time.perf_counter()
-    cfg, device = job.config, ctx.device
-    spec = validate_workload(cfg)
+    cfg, device, spec = job.config, ctx.device, job.workload_spec
     used_before = device.memory_used_bytes()
     kernel = ctx.kernels.get(kernel_options(spec.name, cfg, preset_run))
     base["framework_version"] = kernel.framework_version
@@ -292,10 +285,13 @@ def _measure(
     sim_sized = device.identity.backend == "sim" and bool(cfg.workload.sim_size)
     preset = cfg.workload.sim_size if sim_sized else preset_run
     # The analytic counts stay the useful work of a call (throughput, energy per TFLOP);
-    # the compiled work is what the device is charged (on the sim) or what it ran.
+    # the compiled work is what the device is charged (on the sim) or what it ran. The
+    # workload's figures at that size are read once, here: its counts, roof and footprint.
+    peak = spec.peak(cfg.workload.dtype, cfg.framework.precision, cfg.framework.name)
+    footprint = spec.peak_bytes(preset, cfg.workload.dtype) if sim_sized else None
     counts = spec.counts(preset=preset, dtype=cfg.workload.dtype)
-    work = _charged_work(kernel, spec, counts, preset, cfg, base)
-    memory = _memory_model(device, spec, counts, preset, cfg) if sim_sized else None
+    work = _charged_work(kernel, (spec.name, counts, peak), preset, cfg, base)
+    memory = _memory_model(device, footprint or int(counts.bytes_moved), cfg) if sim_sized else None
     getattr(kernel, "reset_peak_memory", lambda: None)()  # a stand-in kernel keeps no figures
     m = cfg.measure
     phases["build"] = time.perf_counter() - wall
@@ -308,9 +304,9 @@ def _measure(
             KernelCalls(kernel, device, work, None).run(m.warmup_iters)
     with timed(phases, "compare"):  # the reference, computed once per kernel (and so per sweep)
         kernel.reference()
+    budget = held_budget(plan.free if plan else None, m)  # the held samples' device memory
     samples, samples_note = held_samples(
-        m.reference_samples, getattr(kernel, "output_bytes", 0),
-        held_budget(plan.free if plan else None, m), m.repeats)
+        m.reference_samples, getattr(kernel, "output_bytes", 0), budget, m.repeats)
     base.update(samples_note=samples_note)
     for repeat in range(m.repeats):
         row = dict(base, repeat=repeat, started_at=time.time())
@@ -330,13 +326,10 @@ def _measure(
         held.append(Held(row, window.checks, kernel, spec.name))
 
 
-def _memory_model(
-    device: Device, spec: KernelSpec, counts: WorkCounts, preset: str, cfg: DvfsConfig
-) -> int:
-    """The simulated GPU's in-use peak of the workload at ``preset`` (``sim_size``): its
-    footprint, or (a kernel without one) its inputs and output; the sim records what the
+def _memory_model(device: Device, in_use: int, cfg: DvfsConfig) -> int:
+    """The simulated GPU's in-use peak of the workload at ``sim_size`` (``in_use``: its
+    footprint, or, a kernel without one, the bytes one call moves); the sim records what the
     process would hold for it (``devices.sim.memory``)."""
-    in_use = spec.peak_bytes(preset, cfg.workload.dtype) or int(counts.bytes_moved)
     device.model_allocation(in_use, cfg.framework.name)
     return in_use
 
@@ -357,12 +350,15 @@ def _fill_memory(
 
 
 def _charged_work(
-    kernel: Any, spec: KernelSpec, counts: WorkCounts, preset: str, cfg: DvfsConfig,
+    kernel: Any, workload: tuple[str, WorkCounts, Peak], preset: str, cfg: DvfsConfig,
     base: dict[str, Any],
 ) -> KernelWork:
     """The work each call is charged (recorded in ``base``): what the framework compiled at
-    ``preset``; the analytic counts and one launch for a kernel that cannot say (a stand-in)."""
+    ``preset``; the analytic counts and one launch for a kernel that cannot say (a stand-in).
+    ``workload`` is its name, analytic counts and compute roof at ``preset``, read once."""
     from kernels.cost import CompiledWork
+
+    name, counts, peak = workload
 
     hook = getattr(kernel, "compiled_work", None)
     compiled = hook(preset) if hook is not None else CompiledWork(
@@ -381,8 +377,8 @@ def _charged_work(
     return KernelWork(
         flops=float(compiled.flops),
         bytes_moved=float(compiled.bytes_moved),
-        peak=spec.peak(cfg.workload.dtype, cfg.framework.precision, cfg.framework.name),
-        kernel_class=spec.name,
+        peak=peak,
+        kernel_class=name,
         framework=cfg.framework.name,
         launches=int(compiled.launches),
         transcendentals=float(compiled.transcendentals),

@@ -292,11 +292,11 @@ def measure_window(kernel: Any, device: Device, work: KernelWork, m: MeasureConf
     mode: DigestMode = m.digest
     keep_at = sample_indices(m.reference_samples if samples is None else samples)
     meter = EnergyMeter(device, method=m.meter, poll_hz=m.poll_hz)
+    meter.arm()  # its reader runs from here: nothing below until the first call takes time
     calls = KernelCalls(kernel, device, work, meter)
     in_window = None if mode == "after" else _Recorder(kernel, mode, keep_at, rng)
     aligned: bool | None = None
     phases = {"edge_wait": 0.0}
-    meter.arm()
     try:
         n = 0  # calls inside the window
         if meter.method == "counter":

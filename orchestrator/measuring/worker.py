@@ -26,7 +26,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,13 +35,14 @@ from orchestrator.devices import SIM_STATE_ENV
 from orchestrator.devices.base import DeviceIdentity
 from orchestrator.devices.mapping import gpu_uuid_for, node_device_config, node_devices
 from orchestrator.errors import DeviceLostError
+from orchestrator.jobs.replies import AcquireReply, TrialReply, WorkerInfo
 from orchestrator.measuring.journal import Journal
-from orchestrator.measuring.trial_trace import TrialTrace, clear_closing, closing
+from orchestrator.measuring.trial_trace import clear_closing, closing
 
 if TYPE_CHECKING:
+    from orchestrator.jobs.job import JobSpec
     from orchestrator.measuring.session import GpuSession
     from orchestrator.measuring.trial import TrialContext
-    from orchestrator.results.jobs import JobSpec
 
 # Set in every worker before any framework initialises a device (see DESIGN: "Rules").
 WORKER_ENV = {
@@ -52,97 +53,6 @@ WORKER_ENV = {
     "CUBLAS_WORKSPACE_CONFIG": ":4096:8",  # PyTorch's deterministic cuBLAS, before CUDA starts
 }
 STOPPING = "not run: the sweep is stopping"  # a reply to a driver that marked the GPU closing
-
-# --- what a worker answers --------------------------------------------------------------------
-@dataclass(frozen=True)
-class WorkerInfo:
-    """What ``identify`` answers: the worker's GPU, node and process, and what selects the GPU.
-
-    Attributes:
-        uuid: the GPU's UUID (the worker's name for it from now on).
-        identity: the GPU's identity (stamped on the rows the driver writes for it).
-        ray_gpu_id: the GPU id Ray gave the process, as text.
-        node_id: the Ray node it runs on (None outside Ray).
-        host: the node's host name.
-        pid: the worker's process id.
-        selected: per ``device.gpus`` value asked about: does it select this GPU.
-        select_errors: per value: why it selects nothing on this node (None: it is valid).
-        sim_state_dir: the simulated machine it joined (None off the sim).
-        restored: what it restored that a dead predecessor had left changed.
-        dead_trace: what a dead predecessor on this GPU was doing when it died (None: it was
-            between trials, or there was none).
-    """
-
-    uuid: str
-    identity: DeviceIdentity
-    ray_gpu_id: str
-    node_id: str | None
-    host: str
-    pid: int
-    selected: tuple[bool, ...] = ()
-    select_errors: tuple[str | None, ...] = ()
-    sim_state_dir: str | None = None
-    restored: tuple[str, ...] = ()
-    dead_trace: TrialTrace | None = None
-
-
-@dataclass(frozen=True)
-class AcquireReply:
-    """What ``acquire`` answers: the lease is taken (``ok``), or why not (``error``).
-
-    Attributes:
-        ok: the worker holds its GPU's lease.
-        waited_s: how long it waited for another sweep to let the GPU go.
-        restored: what it restored that a dead predecessor had left changed.
-        error: why the lease was not free in time (``ok`` False).
-    """
-
-    ok: bool
-    waited_s: float = 0.0
-    restored: tuple[str, ...] = ()
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class TrialReply:
-    """What ``run`` answers: one trial's rows, the worker's counters and its GPU's health.
-
-    Attributes:
-        rows: one row per repeat; empty when the GPU was unhealthy before the trial (nothing ran).
-        unhealthy: why the GPU is unusable (before the trial with no rows, during it with rows);
-            None: healthy.
-        pid: the worker's process id.
-        trial_started_at: Unix seconds the trial began (None: nothing ran).
-        trial_ended_at: Unix seconds it ended.
-        trial_s: its duration (a monotonic clock's).
-        builds: kernels the worker's cache has built so far.
-        trials: trials the worker has run so far.
-    """
-
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    unhealthy: str | None = None
-    pid: int = 0
-    trial_started_at: float | None = None
-    trial_ended_at: float | None = None
-    trial_s: float | None = None
-    builds: int = 0
-    trials: int = 0
-
-    @property
-    def ran(self) -> bool:
-        """The trial ran (it has rows); False: the GPU was unhealthy before it started."""
-        return bool(self.rows)
-
-    def timing(self) -> dict[str, Any]:
-        """The trial's timestamps and the worker's build counter, as stored in each row's
-        ``launch`` block (the overlap and build-count checks read them there)."""
-        return {
-            "trial_started_at": self.trial_started_at,
-            "trial_ended_at": self.trial_ended_at,
-            "trial_s": self.trial_s,
-            "builds": self.builds,
-        }
-
 
 def _ray_node_id() -> str | None:
     """The Ray node this process runs on (None outside Ray)."""
@@ -262,9 +172,9 @@ class GpuWorker:
             One entry per job: None, or the one-line reason it is refused on this GPU.
         """
         from orchestrator.errors import UserError
+        from orchestrator.jobs.policy import load_policy
+        from orchestrator.jobs.request import settings_request
         from orchestrator.measuring.guard import SettingsGuard
-        from orchestrator.measuring.policy import load_policy
-        from orchestrator.results.jobs import settings_request
 
         guards: dict[tuple[str | None, bool], SettingsGuard] = {}
         errors: list[str | None] = []
@@ -350,12 +260,15 @@ class GpuWorker:
             sweep_id: stamped on every row.
             attempt: which attempt at the trial this is (stamped on every row).
         """
+        from kernels.registry import adopt_workload
         from orchestrator import interrupt
         from orchestrator.measuring import inject, trial_trace
         from orchestrator.measuring.trial import run_trial
 
         if self._ctx is None:
             raise RuntimeError("GpuWorker.run before acquire")
+        if job.workload_spec is not None:  # a user's workload, loaded on the driver: known here
+            adopt_workload(job.workload_spec)
         ctx, where = self._ctx, self._journal()
         if closing(where, self.uuid):  # a queued trial of a sweep that stopped
             return TrialReply(unhealthy=STOPPING, pid=os.getpid())
@@ -365,7 +278,7 @@ class GpuWorker:
         ctx.sweep_id = sweep_id
         trace = trial_trace.begin(where, self.uuid, job.trial_key(self.uuid))
         ctx.on_kernel_calls = lambda: trial_trace.kernel_calls(where, self.uuid, trace)
-        inject.arm(job.config.device.inject, ctx.device, sweep_id=sweep_id,
+        inject.arm(job.inject, ctx.device, sweep_id=sweep_id,
                    workload=job.workload_name)
         started_at, t0 = time.time(), time.perf_counter()
         try:

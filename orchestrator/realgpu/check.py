@@ -158,8 +158,8 @@ def observe_readings(ctx: TrialContext, opts: CheckOptions) -> dict:
 def run_trials(ctx: TrialContext, opts: CheckOptions, frameworks: tuple[str, ...]) -> dict:
     """Every planned trial that fits the budget, stored; rows summarised beside the sim's."""
     from orchestrator.config import compose
+    from orchestrator.jobs.job import JobSpec, record_sweep
     from orchestrator.measuring.trial import run_trial
-    from orchestrator.results.jobs import JobSpec, record_sweep
     from orchestrator.results.store import ResultStore
 
     rows: list[dict] = []

@@ -3,7 +3,8 @@
 One row per repeat of a trial. Every row is built here, whether a trial measured it
 (``trial.run_trial``) or the driver wrote it for a trial that returned none (``failure_rows``: a
 worker that died, hung, never started, or a GPU retired before the job), so the two kinds cannot
-drift apart. ``TrialRow`` is the schema: one field per column, in the order a reader meets them.
+drift apart. The columns themselves are declared once, in ``results/columns.py`` (``TrialRow``,
+``ROW_COLUMNS``); every row built here starts from that declaration.
 
 Three rules live here because everything downstream must agree on them:
 
@@ -37,18 +38,20 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from orchestrator.results.columns import LaunchFacts, TrialRow
+
 if TYPE_CHECKING:
     from kernels.compare import OutputErrors
     from orchestrator.devices.base import DeviceIdentity
-    from orchestrator.measuring.guard import SettingsRequest
+    from orchestrator.jobs.job import JobSpec
+    from orchestrator.jobs.request import SettingsRequest
     from orchestrator.measuring.window import Checks, Window
-    from orchestrator.results.jobs import JobSpec
 
 SCHEMA_VERSION = 2  # 2: rows carry ``attempt`` and ``failed_by``
 
@@ -96,136 +99,6 @@ def attempt_of(row: Mapping[str, Any]) -> int:
     return int(row.get("attempt") or 1)
 
 
-# --- the schema -------------------------------------------------------------------------------
-@dataclass
-class TrialRow:
-    """Every column of a trial's row, with its type; ``None`` until the trial fills it."""
-
-    # identity
-    schema_version: int
-    sweep_id: str
-    trial_key: str
-    repeat: int
-    attempt: int  # 1 for a trial's first run; a re-run of a trial stored before adds one
-    host: str
-    started_at: float
-    ended_at: float | None
-    device_index: int
-    device_uuid: str
-    device_name: str
-    driver_version: str | None
-    backend: str
-    framework: str
-    framework_version: str | None
-    workload: str
-    size: str
-    sim_size: str | None
-    dtype: str
-    precision: str
-    # settings asked for
-    sm_clock_min_mhz: int | None
-    sm_clock_max_mhz: int | None
-    mem_clock_mhz: int | None
-    power_limit_w: float | None
-    clock_offset_mhz: int | None
-    default_setting: bool
-    # observed
-    observed_sm_clock_mhz: float | None = None
-    avg_power_w: float | None = None
-    peak_power_w: float | None = None
-    temperature_start_c: float | None = None  # the die when the window began
-    temperature_c: float | None = None  # the die after the window: a hot window's rise
-    throttle_reasons: list[str] = field(default_factory=list)
-    # measured
-    iterations: int | None = None
-    time_s: float | None = None
-    time_per_iter_s: float | None = None
-    throughput: float | None = None
-    tflops: float | None = None
-    gbps: float | None = None
-    energy_j: float | None = None
-    energy_per_iter_j: float | None = None
-    energy_per_tflop_j: float | None = None
-    energy_per_gb_j: float | None = None
-    rate_unit: str | None = None  # the workload's throughput unit: TFLOP/s, GB/s, samples/s...
-    rate: float | None = None  # the throughput in that unit
-    items_per_call: int | None = None  # samples (or tokens) per call, for samples/s, tokens/s
-    energy_per_item_j: float | None = None  # joules per sample (or token)
-    # device memory
-    peak_memory_bytes: int | None = None  # the trial's peak (the sim's model on the sim)
-    framework_peak_bytes: int | None = None  # what the framework itself reports (None: JAX/CPU)
-    memory_source: str | None = None  # where peak_memory_bytes comes from
-    memory_used_before_bytes: int | None = None  # NVML used, before the kernel was built
-    memory_used_after_bytes: int | None = None  # NVML used, after the window
-    # checks
-    rel_error: float | None = None
-    max_abs_error: float | None = None
-    nonfinite_count: int | None = None
-    determinism_mismatches: int | None = None
-    status: str | None = None
-    failed_by: str | None = None  # setting, device or circumstances (see ``failed_by``)
-    error: str | None = None
-    valid: bool = False
-    invalid_reason: str | None = None
-    # how the energy was measured
-    meter: str | None = None
-    energy_counter_updates: int | None = None
-    energy_counter_period_s: float | None = None
-    window_aligned: bool | None = None
-    energy_note: str | None = None
-    # the work the device was charged (the sim) or ran
-    charged_flops: float | None = None
-    charged_bytes: float | None = None
-    charged_launches: int | None = None
-    charged_transcendentals: float | None = None  # exp, log, tanh... (in charged_flops, one each)
-    work_kind: str | None = None  # "matmul", "conv" or "elementwise" (kernels.cost.WorkKind)
-    work_source: str | None = None
-    work_note: str | None = None
-    # the check run after the window
-    digest: str | None = None
-    checked_iters: int | None = None
-    check_time_s: float | None = None
-    outputs_sampled: int | None = None  # outputs held for the reference check
-    outputs_compared: int | None = None  # ... of which compared: bitwise-equal ones once
-    samples_note: str | None = None  # why fewer were held than asked (measure.held_outputs_share)
-    check_arithmetic: str | None = None  # the device's float32 matmul at precision=default
-    size_requested: str | None = None  # workload.size as asked ("auto": size is what it chose)
-    footprint_bytes: int | None = None  # device memory the trial needs (measuring.memory)
-    footprint_note: str | None = None  # its parts: inputs, output, temporaries, reference, held
-    device_free_bytes: int | None = None  # free device memory before the trial (None: unknown)
-    host_peak_bytes: int | None = None  # the process's peak resident memory during the trial
-    tpu_duty_cycle_pct: float | None = None  # a TPU: libtpu's duty cycle after the window
-    tpu_tensorcore_util_pct: float | None = None  # ... and its tensor-core utilisation
-    steady_note: str | None = None  # measure.steady_start did not get there in its time
-    bytes_to_host: int | None = None  # outputs and check results copied to the host
-    # where the trial's wall time went, in seconds (``PHASES``): the trial's own phases (build,
-    # settings, warm-up) on repeat 0, the restore on the last repeat, each repeat's on its row;
-    # ``wall_s`` is the row's sum, so a trial's rows add up to its wall time
-    phase_build_s: float | None = None  # kernel build/compile and the work it is charged
-    phase_settings_s: float | None = None  # settings applied and measure.settle_s
-    phase_steady_s: float | None = None  # measure.steady_start: warming or cooling the die
-    phase_warmup_s: float | None = None  # measure.warmup_iters calls
-    phase_edge_wait_s: float | None = None  # waits for the energy counter's edges
-    phase_window_s: float | None = None  # the timed window's calls
-    phase_check_run_s: float | None = None  # the checked calls after the window
-    phase_compare_s: float | None = None  # the reference (repeat 0, once per kernel), comparing
-    phase_restore_s: float | None = None  # the guard putting the device back
-    wall_s: float | None = None
-    # a user's program (workload=command, `dvfs monitor`): orchestrator.measuring.command
-    exit_code: int | None = None  # the program's exit status (negative: killed by that signal)
-    program_wall_s: float | None = None  # the program's run, start to exit, host seconds
-    items: float | None = None  # the units of work the row's windows covered (samples, tokens)
-    result: Any = None  # what the program reported (dvfs.report_result): a number or a map
-    reference_result: Any = None  # ... at the device's default setting, compared with it
-    program_windows: list[dict[str, Any]] = field(default_factory=list)  # its windows, each
-    # {name, time_s, energy_j, items, calls, busy_s}
-    # provenance
-    config: dict[str, Any] = field(default_factory=dict)
-    versions: dict[str, str] = field(default_factory=dict)
-    git_commit: str | None = None
-    config_hash: str | None = None
-
-
 def base_row(
     job: JobSpec, identity: DeviceIdentity, *, sweep_id: str, host: str | None = None,
     attempt: int = 1,
@@ -264,6 +137,13 @@ def fail_rows(
         rows[-1].update(failed, ended_at=time.time())
     while len(rows) < repeats:
         rows.append(dict(base, repeat=len(rows), ended_at=time.time(), **failed))
+
+
+def add_launch(rows: Iterable[dict[str, Any]], facts: LaunchFacts) -> None:
+    """Stamp how the launcher ran a trial on each of its rows (the ``launch`` column): the one
+    thing the driver adds to a row a worker filled."""
+    for row in rows:
+        row["launch"] = facts
 
 
 def failure_rows(

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from orchestrator.config import DeviceConfig
     from orchestrator.devices.base import DeviceCapabilities
-    from orchestrator.results.jobs import JobSpec
+    from orchestrator.jobs.job import JobSpec
 
 
 @dataclass(frozen=True)
@@ -254,8 +254,8 @@ class StabilitySweep:
         Raises:
             UserError: a bad job config, ``device.observe_only``, an unsupported value.
         """
+        from orchestrator.jobs.job import machine_key
         from orchestrator.launching.compose import composer_for
-        from orchestrator.results.jobs import machine_key
 
         # The launcher composes the group's jobs with the same composer: Hydra composes once.
         job = composer_for(self.config, self.hydra_context).spec([*common, *group])
@@ -281,7 +281,7 @@ class StabilitySweep:
 
     def _values(self, job: JobSpec, gpu: GpuInfo, explicit: Any) -> tuple[float, ...]:
         """The values ``gpu`` supports and its policy allows, riskiest first."""
-        from orchestrator.measuring.policy import load_policy
+        from orchestrator.jobs.policy import load_policy
 
         policy = load_policy(job.config.device.policy_file, gpu.name)
         return search_values(

@@ -20,7 +20,7 @@ from orchestrator.search.algorithm import CONFIRM_TRIALS
 
 if TYPE_CHECKING:
     from orchestrator.devices.base import DeviceCapabilities
-    from orchestrator.measuring.guard import SettingsRequest
+    from orchestrator.jobs.request import SettingsRequest
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ import pytest
 from kernels import KernelCache
 from orchestrator.config import compose
 from orchestrator.devices import journal_dir, open_backend
+from orchestrator.jobs.job import JobSpec
 from orchestrator.measuring.guard import SettingsGuard
 from orchestrator.measuring.journal import Journal
 from orchestrator.measuring.trial import TrialContext, run_trial
-from orchestrator.results.jobs import JobSpec
 
 KERNELS = KernelCache()  # one cache for the module: each kernel compiles once, as on a worker
 

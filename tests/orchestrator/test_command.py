@@ -20,11 +20,11 @@ from test_cpu_sweep import FakeRapl
 from orchestrator.config import compose
 from orchestrator.devices import journal_dir, open_backend
 from orchestrator.errors import UserError
+from orchestrator.jobs.job import JobSpec
 from orchestrator.measuring.command import compare_results
 from orchestrator.measuring.guard import SettingsGuard
 from orchestrator.measuring.journal import Journal
 from orchestrator.measuring.trial import TrialContext, run_trial
-from orchestrator.results.jobs import JobSpec
 from orchestrator.results.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[2]

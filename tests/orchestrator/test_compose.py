@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from orchestrator.config import CONF_DIR, DvfsConfig, register_configs
 from orchestrator.errors import UserError
+from orchestrator.jobs.job import JobSpec, trial_key
 from orchestrator.launching.compose import SweepComposer, changed_paths, replace_path
-from orchestrator.results.jobs import JobSpec, trial_key
 
 
 @pytest.fixture(scope="module")

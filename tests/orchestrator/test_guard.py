@@ -22,7 +22,9 @@ from orchestrator.errors import (
     UnrestoredDeviceError,
     UserError,
 )
-from orchestrator.measuring.guard import Policy, SettingsGuard, SettingsRequest
+from orchestrator.jobs.policy import Policy
+from orchestrator.jobs.request import SettingsRequest
+from orchestrator.measuring.guard import SettingsGuard
 from orchestrator.measuring.journal import Journal, restore_journal
 
 # memory-bound: never capped at 400 W
@@ -200,7 +202,8 @@ HOLDER = textwrap.dedent(
     """
     import sys, time
     from orchestrator.devices import open_backend
-    from orchestrator.measuring.guard import SettingsGuard, SettingsRequest
+    from orchestrator.jobs.request import SettingsRequest
+    from orchestrator.measuring.guard import SettingsGuard
     from orchestrator.measuring.journal import Journal
     state, journal = sys.argv[1], sys.argv[2]
     b = open_backend("""

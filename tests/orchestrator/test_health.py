@@ -9,10 +9,10 @@ from orchestrator.config import compose
 from orchestrator.devices import journal_dir, open_backend
 from orchestrator.devices.base import Health
 from orchestrator.devices.sim import nvml as sim
+from orchestrator.jobs.job import JobSpec
 from orchestrator.measuring.guard import SettingsGuard
 from orchestrator.measuring.journal import Journal
 from orchestrator.measuring.trial import TrialContext, run_trial
-from orchestrator.results.jobs import JobSpec
 
 
 @pytest.fixture

@@ -111,6 +111,9 @@ def test_a_grid_runs_each_job_once_on_the_gpu_its_worker_is_pinned_to(sim4, tmp_
     for r in rows:
         pid_gpu[r["launch"]["worker_pid"]].add(r["device_uuid"])
     assert all(len(g) == 1 for g in pid_gpu.values())  # one worker, one GPU
+    from orchestrator.results.columns import undeclared
+
+    assert [undeclared(r) for r in rows] == [[]] * len(rows)  # the launch facts included
     assert_no_overlap(rows)
     # Each kernel is built once per worker: the counter grows exactly at a new
     # (workload, framework).

@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator.devices.mapping import gpu_uuid_for, pci_order_key
 from orchestrator.errors import DeviceNotFoundError, UserError
+from orchestrator.jobs.checks import validate_inject
 from orchestrator.launching.batch import distinct_overrides
 from orchestrator.launching.settings import LaunchSettings
 from orchestrator.measuring import inject
@@ -89,13 +90,13 @@ def test_messages_name_only_what_sets_a_job_apart():
 
 
 def test_fault_injection_is_refused_on_real_gpus_and_checked_for_typos():
-    assert inject.validate(None, "nvml") is None and inject.validate({}, "nvml") is None
+    assert validate_inject(None, "nvml") is None and validate_inject({}, "nvml") is None
     with pytest.raises(UserError, match="refused on device.backend=nvml"):
-        inject.validate({"hang_s": 1}, "nvml")
+        validate_inject({"hang_s": 1}, "nvml")
     with pytest.raises(UserError, match="unknown key"):
-        inject.validate({"hang": 1}, "sim")
+        validate_inject({"hang": 1}, "sim")
     with pytest.raises(UserError, match="exactly one of"):
-        inject.validate({"hang_s": 1, "exit_process": True}, "sim")
+        validate_inject({"hang_s": 1, "exit_process": True}, "sim")
 
 
 def test_an_armed_fault_fires_at_its_call_on_its_gpu_and_only_times_times(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ from kernels.registry import get_spec
 from orchestrator.config import compose
 from orchestrator.devices import CPU_ONLY_ENV, journal_dir, open_backend
 from orchestrator.devices.base import MemoryInfo
+from orchestrator.jobs.job import JobSpec
 from orchestrator.launching.resume import resume_of
 from orchestrator.measuring.guard import SettingsGuard
 from orchestrator.measuring.journal import Journal
@@ -25,7 +26,6 @@ from orchestrator.measuring.memory import (
     plan_trial,
 )
 from orchestrator.measuring.trial import TrialContext, run_trial
-from orchestrator.results.jobs import JobSpec
 from orchestrator.results.rows import Status, failed_by, fails_setting, outcome_of
 
 PROFILES = Path(__file__).resolve().parents[2] / "conf" / "device" / "profile"

@@ -371,8 +371,8 @@ def test_on_hardware_the_window_reads_no_sensor_between_its_calls(machine):
 
     from kernels import KernelCache, KernelOptions
     from orchestrator.config import compose
+    from orchestrator.jobs.job import JobSpec
     from orchestrator.measuring.window import measure_window
-    from orchestrator.results.jobs import JobSpec
 
     driver = PacedDriver()
     device = machine(nvml=driver, backend="nvml")

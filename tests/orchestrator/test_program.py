@@ -18,8 +18,9 @@ import dvfs
 from kernels import numpy_fingerprint
 from orchestrator.config import DeviceConfig, MeasureConfig
 from orchestrator.devices import CPU_ONLY_ENV, journal_dir, open_backend
+from orchestrator.jobs.request import SettingsRequest
 from orchestrator.measuring import program
-from orchestrator.measuring.guard import SettingsGuard, SettingsRequest
+from orchestrator.measuring.guard import SettingsGuard
 from orchestrator.measuring.journal import Journal
 from orchestrator.measuring.window import measure_window
 

@@ -11,8 +11,7 @@ from omegaconf import OmegaConf
 from orchestrator.config import compose
 from orchestrator.devices.base import DeviceIdentity
 from orchestrator.errors import UserError
-from orchestrator.launching.resume import resume_of, resume_trials
-from orchestrator.results.jobs import (
+from orchestrator.jobs.job import (
     PER_JOB_KEYS,
     JobSpec,
     machine_key,
@@ -20,6 +19,7 @@ from orchestrator.results.jobs import (
     sweep_id_for,
     trial_key,
 )
+from orchestrator.launching.resume import resume_of, resume_trials
 from orchestrator.results.rows import (
     JobResult,
     Outcome,

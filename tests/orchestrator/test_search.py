@@ -15,7 +15,8 @@ from orchestrator.devices.base import DeviceCapabilities, KernelWork
 from orchestrator.devices.sim import model
 from orchestrator.devices.sim.profile import load_profile
 from orchestrator.errors import UserError
-from orchestrator.measuring.guard import Policy, SettingsRequest
+from orchestrator.jobs.policy import Policy
+from orchestrator.jobs.request import SettingsRequest
 from orchestrator.results.rows import Outcome, outcome_of
 from orchestrator.search import (
     SETTINGS,

@@ -8,9 +8,9 @@ import pytest
 from support import signal_in_a_gc_callback
 
 from orchestrator.config import compose
+from orchestrator.jobs.job import JobSpec
 from orchestrator.measuring.phases import PHASES
 from orchestrator.measuring.trial import run_trial
-from orchestrator.results.jobs import JobSpec
 from orchestrator.results.rows import objective
 
 
@@ -152,3 +152,42 @@ def test_a_ctrl_c_dropped_mid_window_after_the_guard_put_the_gpu_back_stores_no_
         with pytest.raises(KeyboardInterrupt, match="SIGINT"):
             run("device.sm_clock_mhz=1065", on_kernel_calls=ctrl_c_on_the_first_call)
     assert calls == [1]
+
+
+def test_a_job_is_validated_once_however_many_hands_it_passes_through(tmp_path, monkeypatch):
+    # Two jobs made as a launcher makes them and run by one worker (in this process, as a Ray
+    # actor runs them): each job's workload and fault are checked once, when it is made; the
+    # worker, the trial and every getter of the spec (counts, peak, size, footprint) check
+    # nothing again. The only other check of the spec's options is the kernel build's own, once
+    # per kernel built (the second job finds its kernel in the cache).
+    from kernels.spec import KernelSpec
+    from orchestrator.jobs import checks
+    from orchestrator.jobs.job import JobSpec
+    from orchestrator.measuring.worker import GpuWorker
+
+    calls = {"workload": 0, "inject": 0, "spec": 0}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(checks, "validate_workload", counted("workload", checks.validate_workload))
+    monkeypatch.setattr(checks, "validate_inject", counted("inject", checks.validate_inject))
+    monkeypatch.setattr(KernelSpec, "validate", counted("spec", KernelSpec.validate))
+    base = ["workload.size=tiny", "measure=quick", f"device.state_dir={tmp_path / 'sim'}",
+            f"device.journal_dir={tmp_path / 'journal'}"]
+    made = [JobSpec.from_config(compose([*base, f"device.sm_clock_mhz={mhz}"]), tmp_path)
+            for mhz in (1005, 1410)]
+    assert (calls["workload"], calls["inject"]) == (2, 2)
+    checks_of_the_jobs = calls["spec"]
+    worker = GpuWorker(made[0].config.device, ray_gpu_id=0)
+    try:
+        assert worker.acquire().ok
+        replies = [worker.run(job, "test") for job in made]
+    finally:
+        worker.close()
+    assert [r["status"] for reply in replies for r in reply.rows] == ["ok", "ok"]
+    assert (calls["workload"], calls["inject"]) == (2, 2)  # one per job, none in the worker
+    assert calls["spec"] - checks_of_the_jobs == replies[-1].builds == 1  # the build's own

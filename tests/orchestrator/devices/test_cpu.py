@@ -14,7 +14,8 @@ from orchestrator.devices import journal_dir, open_backend, select_devices
 from orchestrator.devices.base import ClockEventReason
 from orchestrator.devices.cpu import CpuBackend, CpuDevice, HostPaths, _why, cpu_model_name
 from orchestrator.errors import DeviceNotFoundError, DeviceNotSupportedError, UserError
-from orchestrator.measuring.guard import SettingsGuard, SettingsRequest
+from orchestrator.jobs.request import SettingsRequest
+from orchestrator.measuring.guard import SettingsGuard
 from orchestrator.measuring.journal import Journal
 
 RANGE_UJ = 262_143_328_850  # what a Xeon's package zone shows: 2**32 units of 61.04 uJ

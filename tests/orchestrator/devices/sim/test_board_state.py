@@ -91,7 +91,8 @@ def test_joining_takes_the_machine_of_the_spec_else_the_one_in_the_directory(roo
 HOLDER = """
 import sys, time
 from orchestrator.devices import journal_dir, open_backend
-from orchestrator.measuring.guard import SettingsGuard, SettingsRequest
+from orchestrator.jobs.request import SettingsRequest
+from orchestrator.measuring.guard import SettingsGuard
 from orchestrator.measuring.journal import Journal
 cfg = {"backend": "sim", "profile": sys.argv[1]}
 b = open_backend(cfg)

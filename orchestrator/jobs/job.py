@@ -14,7 +14,9 @@ sweep they belong to. Everything derived from it lives here, once, for both ways
   ``launching/resume.py``'s).
 
 A user's mistake (a typo'd choice, an unsupported size, a bad inject spec) is a ``UserError``
-raised by ``JobSpec.from_config`` before anything touches a device.
+raised by ``JobSpec.from_config`` before anything touches a device. A job is checked once, when
+it is made (``JobSpec.of``): what the checks found (the workload's ``KernelSpec``, the fault to
+inject) travels with it, so the worker and the trial read them and check nothing again.
 """
 
 from __future__ import annotations
@@ -24,23 +26,20 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import (
-    AUTO_SIZE,
     COMMAND,
     PER_JOB_KEYS,  # the device keys the jobs of one machine may differ in
-    DeviceConfig,
     DvfsConfig,
     FrameworkConfig,
     WorkloadConfig,
-    parse_sm_clock,
 )
-from orchestrator.errors import UserError
-from orchestrator.measuring.guard import SettingsRequest
+from orchestrator.jobs import checks
+from orchestrator.jobs.request import SettingsRequest, settings_request
 
 if TYPE_CHECKING:
     from kernels.spec import KernelSpec
@@ -50,18 +49,6 @@ if TYPE_CHECKING:
 _NON_IDENTITY_KEYS = ("store_dir", "quiet", "objective")
 # default_size only chooses workload.size, which is in the identity itself.
 _NON_IDENTITY_DEVICE_KEYS = ("state_dir", "journal_dir", "gpus", "policy_file", "default_size")
-
-
-def settings_request(device_cfg: DeviceConfig) -> SettingsRequest:
-    """The settings a job's ``device`` config asks for."""
-    return SettingsRequest(
-        sm_clock_mhz=parse_sm_clock(device_cfg.sm_clock_mhz),
-        mem_clock_mhz=None if device_cfg.mem_clock_mhz is None else int(device_cfg.mem_clock_mhz),
-        power_limit_w=None if device_cfg.power_limit_w is None else float(device_cfg.power_limit_w),
-        clock_offset_mhz=(
-            None if device_cfg.clock_offset_mhz is None else int(device_cfg.clock_offset_mhz)
-        ),
-    )
 
 
 def job_identity(resolved: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,47 +75,6 @@ def config_hash(resolved: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def validate_workload(cfg: DvfsConfig) -> KernelSpec | None:
-    """Check workload x framework x size x dtype x precision against the kernel registry.
-
-    A user's workload (``workload=custom workload.target=...``, or an entry point's name) is
-    loaded here, on the driver, so a target that does not import or a factory that returns
-    something else is a one-line error before any device is touched.
-
-    Returns:
-        The workload's ``kernels.Workload``; None for ``workload=command`` (a user's program,
-        checked by ``config.validate_static``: it is no kernel).
-
-    Raises:
-        UserError: an unknown workload or one that does not load; a framework, size, dtype or
-            precision the workload does not have; a framework that is not installed (PyTorch,
-            an extra: the line names it).
-    """
-    from kernels.build import check_framework
-    from kernels.frameworks import FRAMEWORKS, missing_framework
-    from kernels.registry import load_workload
-    from kernels.spec import KernelOptionError
-
-    if cfg.framework.name not in FRAMEWORKS:
-        raise UserError(f"framework={cfg.framework.name!r} is not one of: {', '.join(FRAMEWORKS)}")
-    if cfg.workload.name == COMMAND:  # a program: the framework is its label, its own to import
-        return None
-    missing = missing_framework(cfg.framework.name)
-    if missing is not None:
-        raise UserError(missing)
-    try:
-        spec = load_workload(cfg.workload.name, getattr(cfg.workload, "target", None))
-        check_framework(spec, cfg.framework.name)
-        size = cfg.workload.size
-        spec.validate(spec.presets[0] if size == AUTO_SIZE else size, cfg.workload.dtype,
-                      cfg.framework.precision)
-        if cfg.workload.sim_size is not None:
-            spec.validate(cfg.workload.sim_size, cfg.workload.dtype, cfg.framework.precision)
-    except KernelOptionError as e:
-        raise UserError(str(e)) from e
-    return spec
-
-
 def command_label(workload: WorkloadConfig) -> str:
     """The rows' name of a program (``workload=command``): ``workload.label``, else its script's
     stem (``python examples/train_mlp.py`` -> ``train_mlp``), the module of ``python -m``, or
@@ -142,27 +88,6 @@ def command_label(workload: WorkloadConfig) -> str:
         if arg.endswith(".py"):
             return Path(arg).stem
     return Path(argv[0]).name if argv else COMMAND
-
-
-def _command_job(config: DvfsConfig) -> DvfsConfig:
-    """A program's job: where it runs made absolute (where ``dvfs`` was started, by default),
-    so a worker elsewhere runs it there too; a program that cannot start is refused here."""
-    import dataclasses
-    import os
-
-    from orchestrator.measuring.program import check_program
-
-    workload = config.workload
-    argv = workload.argv
-    if isinstance(argv, (str, bytes)) or not argv or not all(
-            isinstance(a, (str, int, float)) for a in argv):
-        raise UserError("workload=command needs workload.argv=[program,arg,...], e.g. "
-                        "workload.argv=[python,train.py,--steps,200]")
-    cwd = str(Path(workload.cwd or os.getcwd()).absolute())
-    check_program(argv, cwd)
-    if workload.cwd == cwd:
-        return config
-    return dataclasses.replace(config, workload=dataclasses.replace(workload, cwd=cwd))
 
 
 def machine_key(device: Mapping[str, Any]) -> str:
@@ -202,11 +127,16 @@ class JobSpec:
         config: the job's config (``hydra`` node excluded), typed.
         store_dir: the store its rows go to (None: not decided, e.g. a test's bare trial).
         sweep_id: stamped on every row.
+        workload_spec: the workload's ``kernels.Workload``, found and checked against the
+            config when the job was made (None for ``workload=command``, a program).
+        inject: ``device.inject`` as checked (``checks.validate_inject``); None: no fault.
     """
 
     config: DvfsConfig
     store_dir: Path | None = None
     sweep_id: str = ""
+    workload_spec: KernelSpec | None = field(default=None, compare=False, repr=False)
+    inject: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_config(
@@ -226,12 +156,11 @@ class JobSpec:
         from orchestrator.config import validate_static
 
         validate_static(cfg)  # on the DictConfig: interpolations and unknown keys too
-        validate_workload(cfg)
         if OmegaConf.get_type(cfg) is not DvfsConfig:  # a plain dict config: type it first
             cfg = OmegaConf.merge(OmegaConf.structured(DvfsConfig), cfg)
         config = OmegaConf.to_object(cfg)
         assert isinstance(config, DvfsConfig)
-        return cls.of(config, default_store_dir)
+        return cls._checked(config, default_store_dir)
 
     @classmethod
     def of(cls, config: DvfsConfig, default_store_dir: str | Path | None = None) -> JobSpec:
@@ -244,19 +173,25 @@ class JobSpec:
             UserError: the first mistake found, on one line; nothing has touched a device.
         """
         from orchestrator.config import validate_static
-        from orchestrator.measuring import inject
 
         validate_static(config)
-        validate_workload(config)
-        inject.validate(config.device.inject, config.device.backend)
+        return cls._checked(config, default_store_dir)
+
+    @classmethod
+    def _checked(cls, config: DvfsConfig, default_store_dir: str | Path | None) -> JobSpec:
+        """The checks that span keys and need the registry, each once; the job that carries
+        what they found. ``config`` has passed ``validate_static``."""
+        workload_spec = checks.validate_workload(config)
+        fault = checks.validate_inject(config.device.inject, config.device.backend)
         if config.workload.name == COMMAND:
-            config = _command_job(config)
+            config = checks.command_job(config)
         settings_request(config.device)  # a malformed setting is refused here, not on a GPU
         where = config.store_dir or default_store_dir
         # A relative store is where the command was started (Hydra does not chdir: see
         # conf/config.yaml), made absolute now: a worker or a report elsewhere finds the same.
         store_dir = None if where is None else Path(where).absolute()
-        return cls(config, store_dir, _sweep_id_of(str(store_dir)) if store_dir else "")
+        return cls(config, store_dir, _sweep_id_of(str(store_dir)) if store_dir else "",
+                   workload_spec, fault)
 
     @cached_property
     def resolved(self) -> dict[str, Any]:
@@ -270,11 +205,9 @@ class JobSpec:
         workload = self.config.workload
         if workload.name == COMMAND:
             return command_label(workload)
-        if not workload.target:
+        if not workload.target or self.workload_spec is None:
             return workload.name
-        from kernels.registry import load_workload
-
-        return load_workload(workload.name, workload.target).name
+        return self.workload_spec.name
 
     @cached_property
     def request(self) -> SettingsRequest:
