@@ -100,3 +100,20 @@ def isothermal_profile(name: str, directory: Path) -> str:
     path = Path(directory) / f"{name}_isothermal.yaml"
     path.write_text(yaml.safe_dump(data))
     return str(path)
+
+
+def measured_as(profile, real: dict, lock: int | None, limit: float | None = None) -> dict:
+    """What a board that *is* ``profile`` measures of ``real``'s work in its steady state at a
+    locked SM clock and power limit (None: the board's default): ``real``, a measured row, with
+    the model's time, power, energy, clock and throttle reasons in place of its own."""
+    from orchestrator.devices.sim import calibration, model
+    from orchestrator.realgpu.calibrate import peak_of
+
+    row = dict(real, sm_clock_max_mhz=lock, power_limit_w=limit, throttle_reasons=None)
+    point = model.operating_point(
+        profile, calibration.row_work(row, peak_of(row)), max_clock_mhz=lock,
+        power_limit_w=limit or profile.power_limit_default_w)
+    row.update(time_per_iter_s=point.duration_s, avg_power_w=point.power_w,
+               energy_per_iter_j=point.energy_mj / 1e3, observed_sm_clock_mhz=point.sm_clock_mhz,
+               throttle_reasons=point.reasons.names() or None)
+    return row

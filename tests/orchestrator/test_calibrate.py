@@ -8,6 +8,7 @@ import json
 
 import pytest
 import yaml
+from support import measured_as
 
 from kernels.registry import WORKLOADS
 from orchestrator.cli import main as dvfs
@@ -49,19 +50,7 @@ PLANTED = {("achieved", "matmul"): 0.7, ("achieved", "conv"): 0.4, ("achieved", 
 
 def planted_rows(profile, locks=(None, 1200, 810)):
     """What a board that *is* ``profile`` measures: the real rows' work at a few clock locks."""
-    rows = []
-    for lock in locks:
-        for real in h200_run().rows:
-            row = dict(real, sm_clock_max_mhz=lock, throttle_reasons=None)
-            point = calibration.model.operating_point(
-                profile, calibration.row_work(row, peak_of(row)), max_clock_mhz=lock,
-                power_limit_w=profile.power_limit_default_w)
-            row.update(time_per_iter_s=point.duration_s, avg_power_w=point.power_w,
-                       energy_per_iter_j=point.energy_mj / 1e3,
-                       observed_sm_clock_mhz=point.sm_clock_mhz,
-                       throttle_reasons=point.reasons.names() or None)
-            rows.append(row)
-    return rows
+    return [measured_as(profile, real, lock) for lock in locks for real in h200_run().rows]
 
 
 def test_rows_made_by_a_planted_profile_are_fitted_back_to_it():

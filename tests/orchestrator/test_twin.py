@@ -17,8 +17,9 @@ import random
 import pytest
 import yaml
 from omegaconf import OmegaConf
+from support import measured_as
 
-from orchestrator.devices.sim import calibration, fit, model
+from orchestrator.devices.sim import fit
 from orchestrator.devices.sim.profile import load_profile, parse_profile, profile_dir
 from orchestrator.realgpu import calibrate, measured
 
@@ -118,21 +119,9 @@ def steady_rows(profile, locks, limits=(None,)) -> list[dict]:
     """What a board that *is* ``profile`` measures in its steady state: the real H200 run's
     workloads (their charged work) at each locked clock and power limit."""
     run = next(r for r in measured.runs() if r.provenance["board"] == "NVIDIA H200")
-    rows = []
-    for real in (r for r in run.rows if r["workload"] in WORKLOADS):
-        for lock in locks:
-            for limit in limits:
-                row = dict(real, sm_clock_max_mhz=lock, power_limit_w=limit,
-                           throttle_reasons=None)
-                point = model.operating_point(
-                    profile, calibration.row_work(row, calibrate.peak_of(row)),
-                    max_clock_mhz=lock, power_limit_w=limit or profile.power_limit_default_w)
-                row.update(time_per_iter_s=point.duration_s, avg_power_w=point.power_w,
-                           energy_per_iter_j=point.energy_mj / 1e3,
-                           observed_sm_clock_mhz=point.sm_clock_mhz,
-                           throttle_reasons=point.reasons.names() or None)
-                rows.append(row)
-    return rows
+    return [measured_as(profile, real, lock, limit)
+            for real in run.rows if real["workload"] in WORKLOADS
+            for lock in locks for limit in limits]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
