@@ -17,7 +17,9 @@ time, for that GPU's next job:
   it, so the last jobs go to whichever GPU is free first, never behind a busy one (a job pinned
   to this GPU alone may always wait behind its trial);
 - a job given back (sent, but its worker died or its GPU was retired before running it) goes to
-  the front of its queue.
+  the front of its queue;
+- a job no live GPU may run any more (``every``: queued on a retired GPU; else every GPU it
+  selects retired) is taken off with why (``stranded``), for the supervisor to record.
 
 The queue imports neither Ray nor a framework, and sends nothing; admission asks the workers.
 """
@@ -27,7 +29,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from orchestrator.errors import UserError
 from orchestrator.launching.slot import SlotState
@@ -140,16 +142,33 @@ class JobQueue:
         queue.clear()
         return jobs
 
-    def stranded(self, slots: list[Slot]) -> list[tuple[Job, list[Slot]]]:
-        """Take off the shared queue every job that no live GPU may run; each with the retired
-        GPUs it selects."""
+    def stranded(self, slots: list[Slot]) -> list[Stranded]:
+        """Take off the queues every job that no live GPU may run now, each with the retired
+        GPUs it was for and why it will not run: ``every``, the jobs queued on a retired GPU
+        (each waits for that GPU alone); else the shared jobs whose every selected GPU is
+        retired. The supervisor records them, whatever the placement, with this one question.
+        """
+        if self.every:
+            return [Stranded(job, [slot], f"not run: GPU retired ({slot.retired_reason})")
+                    for slot in slots if not slot.live for job in self.drain(slot.uuid)]
         found = []
         for job in list(self.shared):
             selecting = [s for s in slots if s.runs(job)]
             if not any(s.live for s in selecting):
                 self.shared.remove(job)
-                found.append((job, selecting))
+                reasons = "; ".join(sorted({s.retired_reason or "retired" for s in selecting}))
+                found.append(Stranded(job, selecting,
+                                      f"not run: no GPU it may run on is left ({reasons})"))
         return found
+
+
+class Stranded(NamedTuple):
+    """A queued job that no live GPU may run (:meth:`JobQueue.stranded`)."""
+
+    job: Job
+    selecting: list[Slot]  # the retired GPUs it was for (never empty: its row names the first)
+    error: str  # its rows' error: why it was not run
+
 
 def share_while_starting(
     slots: list[Slot], *, filling: bool, expected: int, total: int

@@ -73,8 +73,7 @@ class Supervisor:
         self.jobs = jobs
         self.progress = progress
         self.settings = pool.settings
-        self.every = self.settings.placement == "every"
-        self.queue = JobQueue(self.every, (s.uuid for s in pool.slots))
+        self.queue = JobQueue(self.settings.placement == "every", (s.uuid for s in pool.slots))
         self.results: dict[int, dict[str, JobResult]] = {}  # job number -> GPU uuid -> result
         self.retired: dict[str, dict[str, Any]] = {}  # GPU uuid -> label, host, reason, time
         self.stores = BatchStores(self.settings)
@@ -96,9 +95,8 @@ class Supervisor:
 
         try:
             self._refill()
+            self._fail_stranded()  # the queues of GPUs retired as the pool started
             for slot in self.pool.slots:
-                if not slot.live and self.every:
-                    self._fail_queue(slot)
                 self._show(slot)
             while not self._finished():
                 interrupt.check()  # a SIGTERM whose KeyboardInterrupt Python dropped
@@ -153,13 +151,8 @@ class Supervisor:
                 self.attempts.update({job.spec.trial_key(u): r.attempt
                                       for u, r in stored.items() if r.attempt > 1})
                 self._plan_job(job, stored)
-            # What only GPUs retired before these jobs came could run cannot run (a GPU's own
-            # queue for ``every``; else the jobs stranded, found once for all those GPUs).
-            dead = [s for s in self.pool.slots if not s.live]
-            if self.every:
-                for slot in dead:
-                    self._fail_queue(slot)
-            elif dead:
+            # What only GPUs retired before these jobs came could run cannot run.
+            if any(not s.live for s in self.pool.slots):
                 self._fail_stranded()
 
     def _plan_job(self, job: Job, stored: dict[str, Resume]) -> None:
@@ -473,22 +466,13 @@ class Supervisor:
             "label": slot.label, "host": slot.info.host, "reason": reason, "at": time.time(),
         }
         self.stores.note_retired(slot.uuid, self.retired[slot.uuid])
-        if self.every:
-            self._fail_queue(slot)
-        else:
-            self._fail_stranded()
+        self._fail_stranded()
         self._show(slot)
 
-    def _fail_queue(self, slot: Slot) -> None:
-        for job in self.queue.drain(slot.uuid):
-            error = f"not run: GPU retired ({slot.retired_reason})"
-            self._record(slot, job, self._failure(slot, job, Status.NOT_MEASURED, error), {})
-
     def _fail_stranded(self) -> None:
-        """Record the queued jobs that no live GPU may run (every GPU they select is retired)."""
-        for job, slots in self.queue.stranded(self.pool.slots):
-            reasons = "; ".join(sorted({s.retired_reason or "retired" for s in slots}))
-            error = f"not run: no GPU it may run on is left ({reasons})"
+        """Record the queued jobs that no live GPU may run (``JobQueue.stranded``: for
+        ``every``, those queued on a retired GPU; else those whose every GPU is retired)."""
+        for job, slots, error in self.queue.stranded(self.pool.slots):
             rows = self._failure(slots[0], job, Status.NOT_MEASURED, error)
             self._record(slots[0], job, rows, {})
 

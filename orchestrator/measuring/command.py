@@ -47,7 +47,6 @@ import signal
 import subprocess
 import tempfile
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,11 +54,10 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator import interrupt
 from orchestrator.devices.base import ClockEventReason, Device
-from orchestrator.errors import DeviceError, DeviceLostError, UserError
 from orchestrator.measuring import program
 from orchestrator.measuring.meter import EnergyMeter, Measurement
-from orchestrator.measuring.phases import fill_phases, timed
-from orchestrator.results.rows import Status, base_row, fail_rows, failed_by, validity
+from orchestrator.measuring.phases import timed
+from orchestrator.results.rows import Status, failed_by, validity
 
 if TYPE_CHECKING:
     from orchestrator.config import DvfsConfig
@@ -403,46 +401,12 @@ class _Measured:
     note: str | None = None  # how the span was measured, where a row must say it
 
 
-def run_command_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[str, Any]]:
-    """One trial of a program (``trial.run_trial`` for ``workload=command``): always one row per
-    repeat, never an exception for a failure of the program or the device (the module
+def measure_program(ctx: TrialContext, job: JobSpec, base: dict[str, Any],
+                    rows: list[dict[str, Any]], phases: dict[str, float]) -> None:
+    """A program's trial inside ``trial.run_trial`` (which makes its base row, asks the GPU's
+    health, fails its rows on an exception and restores the setting, as for a kernel): the
+    reference (where needed), the setting, then one run and one row per repeat (the module
     docstring says what a row holds)."""
-    device = ctx.device
-    base = base_row(job, device.identity, sweep_id=ctx.sweep_id, attempt=attempt)
-    rows: list[dict[str, Any]] = []
-    phases: dict[str, float] = {}
-    health = device.health()
-    if not health.ok:
-        fail_rows(rows, base, job.repeats, Status.NOT_MEASURED, f"not run: {health.reason}")
-        return rows
-    try:
-        interrupt.check()
-        _runs(ctx, job, base, rows, phases)
-        interrupt.check()
-    except DeviceLostError as e:
-        fail_rows(rows, base, job.repeats, Status.DEVICE_ERROR, str(e))
-        device.health()
-    except UserError:
-        raise
-    except DeviceError as e:
-        fail_rows(rows, base, job.repeats, Status.DEVICE_ERROR, str(e))
-    except Exception as e:  # noqa: BLE001 - a failure of the trial is its row, not the sweep's
-        error = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
-        fail_rows(rows, base, job.repeats, Status.CRASH, error)
-    finally:
-        try:
-            with timed(phases, "restore"):
-                ctx.guard.restore()
-        except DeviceError as e:
-            for row in rows:
-                row["error"] = (row.get("error") or "") + f" | restore failed: {e}"
-    fill_phases(rows, phases)
-    return rows
-
-
-def _runs(ctx: TrialContext, job: JobSpec, base: dict[str, Any], rows: list[dict[str, Any]],
-          phases: dict[str, float]) -> None:
-    """The reference (where needed), the setting, then one run and one row per repeat."""
     device = ctx.device
     key = _reference_key(job, device.identity.uuid)
     reference = _references.get(key)

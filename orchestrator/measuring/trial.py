@@ -39,6 +39,10 @@ element) or crash the call, so the checks see them as they would on hardware.
 On ``device=cpu`` (the host measured as a device) time is wall time and energy comes from RAPL
 where it can be read; where it cannot, the row measures time only and ``energy_note`` says why.
 
+A user's program (``workload=command``) is a trial too: the same base row, health check,
+failure rows and restore, around what ``orchestrator.measuring.command`` measures of it (its
+reference run, the setting, one run per repeat) instead of steps 2-6.
+
 A failure inside a trial is a result, not an exception out of the sweep: a crash is a ``crash``
 row, a device lost during the trial a ``device_error`` row. Before anything else a trial asks
 ``Device.health()``: on a GPU that is lost, reported an XID or uncorrected ECC errors, or is at
@@ -63,6 +67,7 @@ from orchestrator import interrupt
 from orchestrator.config import AUTO_SIZE, COMMAND
 from orchestrator.devices.base import Device, KernelWork
 from orchestrator.errors import DeviceError, DeviceLostError, UserError
+from orchestrator.measuring.command import measure_program
 from orchestrator.measuring.guard import SettingsGuard
 from orchestrator.measuring.memory import (
     HostPeak,
@@ -121,10 +126,7 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
         job: the validated job.
         attempt: which attempt at this trial it is (1 unless a re-run runs it again).
     """
-    if job.config.workload.name == COMMAND:  # a user's program, not a kernel
-        from orchestrator.measuring.command import run_command_trial
-
-        return run_command_trial(ctx, job, attempt)
+    program = job.config.workload.name == COMMAND  # a user's program, not a kernel
     device = ctx.device
     base = base_row(job, device.identity, sweep_id=ctx.sweep_id, attempt=attempt)
     rows: list[dict[str, Any]] = []
@@ -135,15 +137,19 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
         return rows
     held: list[Held] = []  # each window's checks, compared once the device is back
     plan: Plan | None = None
-    host_peak = HostPeak()
-    host_peak.start()
+    host_peak = None if program else HostPeak()  # a program's memory is its own process's
+    if host_peak is not None:
+        host_peak.start()
     try:
         interrupt.check()  # a SIGTERM whose KeyboardInterrupt Python dropped stops the sweep here
-        preset, plan = _plan(ctx, job, base)  # before anything is set: refused if it cannot fit
-        with timed(phases, "settings"):
-            ctx.guard.apply(job.request)
-            device.idle(job.config.measure.settle_s)
-        _measure(ctx, job, base, rows, phases, held, preset, plan)
+        if program:  # its reference run, the setting and its runs: measuring.command
+            measure_program(ctx, job, base, rows, phases)
+        else:
+            preset, plan = _plan(ctx, job, base)  # before anything is set: refused if too big
+            with timed(phases, "settings"):
+                ctx.guard.apply(job.request)
+                device.idle(job.config.measure.settle_s)
+            _measure(ctx, job, base, rows, phases, held, preset, plan)
         interrupt.check()  # ... or here: the guard may have put the GPU back mid-window
     except OutOfMemory as e:  # refused before anything was set
         fail_rows(rows, base, job.repeats, Status.OUT_OF_MEMORY, f"not run: {e}")
@@ -156,8 +162,8 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
         raise
     except DeviceError as e:
         fail_rows(rows, base, job.repeats, Status.DEVICE_ERROR, str(e))
-    except Exception as e:  # noqa: BLE001 - a kernel that raised is a crashed trial, not a crashed sweep
-        fail_rows(rows, base, job.repeats, *_kernel_failure(e, plan))
+    except Exception as e:  # noqa: BLE001 - a failure of the trial is its row, not the sweep's
+        fail_rows(rows, base, job.repeats, *_failure(e, plan, program))
     finally:
         try:
             with timed(phases, "restore"):
@@ -167,14 +173,16 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
                 row["error"] = (row.get("error") or "") + f" | restore failed: {e}"
     _compare_held(held, job, plan)  # at the device's own setting, not the one under test
     fill_phases(rows, phases)
-    _fill_host_peak(rows, host_peak)
+    if host_peak is not None:
+        _fill_host_peak(rows, host_peak)
     return rows
 
 
-def _kernel_failure(e: Exception, plan: Plan | None) -> tuple[Status, str]:
-    """The status and error of a kernel that raised: out of memory (device or host) is its own
-    status, else a crash; the trial fails its rows with them as with any other failure."""
-    if is_out_of_memory(e):
+def _failure(e: Exception, plan: Plan | None, program: bool) -> tuple[Status, str]:
+    """The status and error of a trial that raised: a kernel out of memory (device or host) is
+    its own status, anything else a crash (a program's memory is its child process's: its
+    trial raising is a crash); the trial fails its rows with them as with any other failure."""
+    if not program and is_out_of_memory(e):
         return Status.OUT_OF_MEMORY, oom_reason(e, plan)
     return Status.CRASH, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
 

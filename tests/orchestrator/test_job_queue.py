@@ -95,6 +95,21 @@ def test_jobs_no_live_gpu_may_run_are_taken_off_as_stranded():
     q.plan(Job("any"), [a, b], {})
     assert q.stranded([a, b]) == []
     a.retire("lost")
-    ((job, selecting),) = q.stranded([a, b])
+    ((job, selecting, error),) = q.stranded([a, b])
     assert job.name == "pinned" and selecting == [a]
+    assert error == "not run: no GPU it may run on is left (lost)"
     assert [j.name for j in q.shared] == ["any"]
+
+
+def test_placement_every_strands_the_queue_of_a_retired_gpu_and_no_other():
+    a, b = slot(0), slot(1)
+    q = JobQueue(True, [a.uuid, b.uuid])
+    for i in range(2):
+        q.plan(Job(f"j{i}"), [a, b], {})
+    assert q.stranded([a, b]) == []
+    a.retire("lost")
+    stranded = q.stranded([a, b])
+    assert [(s.job.name, s.selecting, s.error) for s in stranded] == [
+        ("j0", [a], "not run: GPU retired (lost)"), ("j1", [a], "not run: GPU retired (lost)")]
+    assert q.stranded([a, b]) == []  # taken off once
+    assert q.take(b).name == "j0" and q.take(b).name == "j1"
