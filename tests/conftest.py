@@ -82,3 +82,19 @@ def _keep_absl_off_pytests_capture() -> None:
 
 
 _keep_absl_off_pytests_capture()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Modules with a slow test run first, each module's tests kept together and in order.
+
+    ``scripts/test`` runs the suite on several processes (pytest-xdist, ``--dist loadfile``: a
+    module's tests stay on one process, so a module's Ray instance or chaos run is made once);
+    a process takes the next module when it is free. Started last, a module of minutes leaves
+    the other processes idle at the end; started first, the short modules fill in around it
+    (longest first). The order inside a module is untouched, and so is the order of a run
+    in one process apart from the modules' order."""
+    def has_slow(item):
+        return item.get_closest_marker("slow") is not None
+
+    slow_modules = {item.nodeid.split("::")[0] for item in items if has_slow(item)}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_modules)

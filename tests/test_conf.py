@@ -42,6 +42,7 @@ def test_a_typo_in_a_key_is_a_one_line_user_error():
     "device, size", [("sim", "tiny"), ("cpu", "cpu"), ("nvml", "auto"), ("tpu", "auto")]
 )
 @pytest.mark.parametrize("workload", GROUPS["workload"])
+@pytest.mark.slow
 def test_the_size_a_kernel_computes_follows_the_device_unless_the_user_sets_it(
     device, size, workload
 ):

@@ -22,6 +22,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 TOP = ("analysis", "conf", "data", "docs", "dvfs", "examples", "hydra_plugins", "kernels",
        "orchestrator", "scripts", "tests")
@@ -92,6 +94,7 @@ def named_paths() -> list[tuple[Path, str, bool]]:
     return named
 
 
+@pytest.mark.slow
 def test_every_repository_path_the_docs_name_exists():
     named = named_paths()
     missing = [f"{source.relative_to(ROOT)}: {token}" for source, token, ok in named if not ok]

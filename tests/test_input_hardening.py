@@ -227,6 +227,7 @@ def assert_valid(cfg: Any, resolved: dict[str, Any], request: Any) -> None:
 @settings(max_examples=150, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(overrides=st.lists(override(), min_size=1, max_size=4))
+@pytest.mark.slow
 def test_any_override_is_accepted_and_valid_or_refused_in_one_line(sim_a100, overrides):
     device, state = sim_a100
     before = sorted((p.name, p.read_bytes()) for p in state.glob("gpu-*.state"))
@@ -291,6 +292,7 @@ def test_values_hypothesis_found_are_refused_with_a_reason(sim_a100, overrides, 
         "store_dir=quick",
     ],
 )
+@pytest.mark.slow
 def test_bad_input_through_dvfs_sweep_is_exit_2_one_line_no_traceback(tmp_path, override_):
     env = dict(os.environ, DVFS_SIM_STATE_DIR=str(tmp_path / "sim"))
     out = subprocess.run(

@@ -74,6 +74,7 @@ def test_one_board_is_no_comparison(make_rows):
     assert compare_boards(pd.DataFrame(make_rows(repeats=1))).empty
 
 
+@pytest.mark.slow
 def test_the_report_compares_boards_only_when_there_are_two(tmp_path, make_rows):
     for name, rows in (("two", two_boards(make_rows)),
                        ("one", pd.DataFrame(make_rows(frameworks=("jax",), repeats=1)))):

@@ -33,6 +33,7 @@ def table(sweep_dir):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_the_sweeper_finds_each_gpus_planted_threshold_within_one_step_in_a_third_of_a_grid(
     tmp_path,
 ):
@@ -83,6 +84,7 @@ def test_the_sweeper_finds_each_gpus_planted_threshold_within_one_step_in_a_thir
         assert "coarse×8" in a["search_roles"] and "bisect" in a["search_roles"]
 
 
+@pytest.mark.slow
 def test_seed_claims_on_two_a100s_names_a_threshold_per_gpu_and_framework(tmp_path):
     """The study's claim (JAX fails below 1065 MHz, TensorFlow holds to 510) on GPU 0; GPU 1 has
     its own, planted GEMM threshold, whatever the framework."""
@@ -115,6 +117,7 @@ def test_seed_claims_on_two_a100s_names_a_threshold_per_gpu_and_framework(tmp_pa
         assert next(csv.reader(ours)) == next(csv.reader(rep)) == COLUMNS
 
 
+@pytest.mark.slow
 def test_an_offset_search_goes_upward_to_the_seeded_max_stable_offset(tmp_path):
     from orchestrator.devices.sim import model
     from orchestrator.devices.sim.profile import load_profile
@@ -130,6 +133,7 @@ def test_an_offset_search_goes_upward_to_the_seeded_max_stable_offset(tmp_path):
     assert (float(r["stable_value"]), float(r["failing_value"])) == (truth, truth + 15)
 
 
+@pytest.mark.slow
 def test_a_power_search_goes_downward_to_the_cap_that_still_holds_the_planted_clock(tmp_path):
     sweep_dir = tmp_path / "power"
     out = dvfs(tmp_path, "sweep", "-m", "hydra/sweeper=stability", *QUICK,
@@ -161,6 +165,7 @@ def test_a_power_search_goes_downward_to_the_cap_that_still_holds_the_planted_cl
         (["device.gpus=0,1"], "device.gpus selects the GPUs searched"),
     ],
 )
+@pytest.mark.slow
 def test_bad_input_is_one_line_exit_2_before_any_trial(tmp_path, args, message):
     sweep_dir = tmp_path / "sweep"
     out = dvfs(tmp_path, "sweep", "-m", "hydra/sweeper=stability", *QUICK, *args,
@@ -192,6 +197,7 @@ def test_the_experiments_compose_with_their_sweepers():
     }
 
 
+@pytest.mark.slow
 def test_optuna_finds_the_lowest_energy_correct_setting_in_six_trials(tmp_path):
     """Hydra's Optuna sweeper over our task: a failed check (below the planted 900 MHz) is an
     objective of infinity, never the best point."""

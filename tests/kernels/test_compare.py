@@ -24,6 +24,7 @@ def test_the_split_reference_keeps_far_more_bits_than_float32():
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
+@pytest.mark.slow
 def test_device_errors_match_the_host_float64_errors(frameworks, pytorch, workload, framework):
     kernel = build_kernel(KernelOptions(workload, framework, preset="tiny"))
     out = kernel.call_device()

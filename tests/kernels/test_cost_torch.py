@@ -62,6 +62,7 @@ def test_each_eager_aten_op_is_one_launch_moving_its_inputs_and_outputs():
     assert work.flops == 2 * m * k * n + m * n
 
 
+@pytest.mark.slow
 def test_inductor_fuses_the_elementwise_tail_and_calls_the_library_for_the_product():
     spec = _torch_only()
     m, k, n = spec.size("gpu")

@@ -54,6 +54,7 @@ def test_numpy_jax_tensorflow_and_pytorch_give_the_same_fingerprint(frameworks, 
     size=st.integers(1, 5000),
     data=st.data(),
 )
+@pytest.mark.slow
 def test_any_single_flipped_bit_changes_the_fingerprint_in_every_framework(
     frameworks, pytorch, dtype, size, data
 ):

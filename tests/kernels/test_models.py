@@ -74,6 +74,7 @@ CASES = [(n, m) for n in MODELS for m in MODES if (n, m) != ("resnet50_train", "
 
 
 @pytest.mark.parametrize(("name", "mode"), CASES)
+@pytest.mark.slow
 def test_step_matches_the_float64_reference_and_repeats_bitwise(frameworks, name, mode):
     _kernel(name, mode)
     outputs = _outputs[name, mode]
@@ -140,6 +141,7 @@ def test_jax_and_tensorflow_agree(frameworks, name):
 
 @pytest.mark.parametrize("preset", ["tiny", "gpu"])
 @pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.slow
 def test_analytic_flops_are_within_10_percent_of_xla(frameworks, name, preset):
     spec = MODELS[name].SPEC
     work = compiled_work(spec, "jax", preset, "float32", "default", True, None)
@@ -148,6 +150,7 @@ def test_analytic_flops_are_within_10_percent_of_xla(frameworks, name, preset):
 
 
 @pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.slow
 def test_the_initial_loss_is_near_ln_classes_and_steps_reduce_it(frameworks, name):
     jax, _ = frameworks
     module = MODELS[name]
@@ -345,6 +348,7 @@ def test_a_torch_module_without_the_canonical_parameters_is_refused(torch):
 
 
 @pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.slow
 def test_the_pytorch_step_traces_whole_for_torch_compile(torch, name):
     # fullgraph: no graph break anywhere in the step (functional_call, grad_and_value, the
     # update). The aot_eager backend stops short of Inductor's C++ code generation, which takes

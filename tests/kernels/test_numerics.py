@@ -48,6 +48,7 @@ def _cases() -> list:
 
 
 @pytest.mark.parametrize(("name", "variant", "framework", "xla", "dtype", "precision"), _cases())
+@pytest.mark.slow
 def test_kernel_matches_its_float64_reference_and_repeats_bitwise(
     frameworks, pytorch, name, variant, framework, xla, dtype, precision, request
 ):
@@ -108,6 +109,7 @@ def test_jax_and_tensorflow_agree_on_the_same_seed(frameworks, name):
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("name", KERNELS)
+@pytest.mark.slow
 def test_pytorch_agrees_with_its_reference_and_with_jax_and_tensorflow(
     frameworks, pytorch, name, compiled
 ):

@@ -70,6 +70,7 @@ def run_check_as_on_a_lease(lease_root, tmp_path, *args):
     return proc, json.loads(origins.read_text())
 
 
+@pytest.mark.slow
 def test_dvfs_check_runs_end_to_end_on_the_sim_without_tensorflow_or_ray(lease, tmp_path):
     out = tmp_path / "out"
     proc, origins = run_check_as_on_a_lease(
@@ -103,6 +104,7 @@ def torch_version() -> str:
     return str(torch.__version__)
 
 
+@pytest.mark.slow
 def test_the_checks_folder_is_what_dvfs_report_and_the_measured_data_read(lease, tmp_path):
     out = tmp_path / "out"
     proc, _ = run_check_as_on_a_lease(

@@ -29,6 +29,7 @@ def host_bytes_of_checks(row) -> int:
     return FINGERPRINT_BYTES * row["checked_iters"] + ERROR_SUMS_BYTES * row["outputs_compared"]
 
 
+@pytest.mark.slow
 def test_a_sweep_at_a_large_preset_copies_no_output_and_computes_the_reference_once(run):
     cache = KernelCache()
     rows = []

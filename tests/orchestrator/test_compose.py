@@ -101,6 +101,7 @@ def test_all_pairs_meets_every_pair_of_values_in_fewer_jobs_than_the_grid():
 
 @pytest.mark.parametrize("experiment", ["quickstart", "seed_claims", "optuna_energy", "seed_models",
                                         None])
+@pytest.mark.slow
 def test_the_shipped_experiments_compose_as_hydra_composes_them(hydra_loader, experiment):
     common = [f"experiment={experiment}"] if experiment else []
     composer = SweepComposer(master(hydra_loader), hydra_loader)
@@ -243,6 +244,7 @@ def batches(draw):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(batch=batches())
+@pytest.mark.slow
 def test_random_override_sets_compose_as_hydra_composes_them(hydra_loader, batch):
     common, jobs = batch
     composer = SweepComposer(master(hydra_loader), hydra_loader)

@@ -131,6 +131,7 @@ def test_a_single_run_on_the_cpu_measures_the_energy_its_rapl_counter_advanced_b
     assert not list((tmp_path / "journal").glob("*.json"))  # nothing was set, nothing journaled
 
 
+@pytest.mark.slow
 def test_a_cpu_multirun_runs_both_frameworks_on_one_ray_worker(tmp_path):
     sweep = tmp_path / "sweep"
     with FakeRapl(tmp_path / "powercap", watts=5.0, range_uj=262_143_328_850):

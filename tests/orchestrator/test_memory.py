@@ -176,6 +176,7 @@ def test_held_samples_are_bounded_by_a_share_of_free_memory():
     assert plan.footprint.samples < cfg.measure.reference_samples
 
 
+@pytest.mark.slow
 def test_a_workers_device_arrays_do_not_grow_over_a_sweep_of_workloads(run):
     import jax
 

@@ -120,6 +120,7 @@ def errors(open_gpu, profile, method, scenario, meter=EnergyMeter):
 
 @pytest.mark.parametrize("scenario", ["step", "alternating"])
 @pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.slow
 def test_the_counter_is_within_half_a_percent_of_the_exact_energy(open_gpu, profile, scenario):
     errs = errors(open_gpu, profile, "counter", scenario)
     assert max(map(abs, errs)) <= 0.005, errs
@@ -127,6 +128,7 @@ def test_the_counter_is_within_half_a_percent_of_the_exact_energy(open_gpu, prof
 
 @pytest.mark.parametrize("scenario", ["step", "alternating"])
 @pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.slow
 def test_polling_the_instant_reading_is_within_3_percent_over_2_s(open_gpu, profile, scenario):
     errs = errors(open_gpu, profile, "polling", scenario)
     assert max(map(abs, errs)) <= 0.03, errs

@@ -42,6 +42,7 @@ def test_a_plain_sweep_runs_one_trial_and_prints_a_summary(tmp_path):
     assert row["observed_sm_clock_mhz"] == pytest.approx(1200, abs=1)
 
 
+@pytest.mark.slow
 def test_on_the_sim_a_trial_computes_the_tiny_preset_unless_told_and_says_so(tmp_path):
     # No workload.size: the sim computes tiny (its figures come from sim_size, the gpu preset).
     out = dvfs(tmp_path, "sweep", "measure=quick", "measure.settle_s=0",
@@ -80,6 +81,7 @@ def test_on_the_sim_a_trial_computes_the_tiny_preset_unless_told_and_says_so(tmp
         ("device.gpus=[5]", "no GPU with index 5"),
     ],
 )
+@pytest.mark.slow
 def test_bad_input_is_one_line_exit_2_and_touches_no_device(tmp_path, override, message):
     out = dvfs(
         tmp_path, "sweep", *QUICK, f"hydra.run.dir={tmp_path / 'run'}", override, timeout=120
@@ -112,6 +114,7 @@ def wait_for_rows(sweep_dir, n, proc, timeout_s=240):
     assert stored >= n, proc.stderr.read() if proc.poll() is not None else "too slow"
 
 
+@pytest.mark.slow
 def test_a_sweep_killed_midway_resumes_into_the_same_directory(tmp_path):
     sweep_dir = tmp_path / "sweep"
     args = [*DVFS, *GRID, f"hydra.sweep.dir={sweep_dir}"]
@@ -144,6 +147,7 @@ def test_a_sweep_killed_midway_resumes_into_the_same_directory(tmp_path):
     assert sorted(r["sm_clock_max_mhz"] for r in rows) == list(range(900, 1411, 30))
 
 
+@pytest.mark.slow
 def test_a_second_sweep_into_a_running_sweeps_directory_is_refused_and_sigterm_restores(tmp_path):
     """The same command twice at once: the second is one line and exit 2, touching nothing; then
     SIGTERM stops the first, which restores its GPU (no journal entry, no `dvfs restore`) and

@@ -65,6 +65,7 @@ def errors(profile, row) -> dict[str, float]:
     return {figure: sim[figure] / real[figure] - 1 for figure in ("time_s", "power_w", "energy_j")}
 
 
+@pytest.mark.slow
 def test_a_planted_board_swept_at_four_clocks_predicts_other_clocks_and_a_cap(tmp_path, run):
     board = tmp_path / "planted.yaml"
     board.write_text(yaml.safe_dump(PLANTED))

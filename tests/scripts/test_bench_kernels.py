@@ -9,12 +9,14 @@ import math
 import subprocess
 import sys
 
+import pytest
 from support import REPO
 
 WAYS = ["jax", "pytorch", "pytorch-compiled"]
 KERNELS = [(name, way) for name in ("gemm", "stencil") for way in WAYS]
 
 
+@pytest.mark.slow
 def test_each_kernel_has_its_row_a_finite_share_of_its_roof_and_a_passed_check(tmp_path):
     out = tmp_path / "kernels.json"
     proc = subprocess.run(

@@ -31,6 +31,7 @@ def fuzz(tmp_path_factory):
     return result
 
 
+@pytest.mark.slow
 def test_every_input_is_refused_in_one_line_or_accepted_and_run_within_its_bound(fuzz):
     v = fuzz["verdicts"]
     assert fuzz["returncode"] == 0 and not fuzz["bad"], fuzz["stdout"]

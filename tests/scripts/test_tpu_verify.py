@@ -8,9 +8,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 from support import REPO
 
 
+@pytest.mark.slow
 def test_both_phases_run_on_the_cpu_and_leave_their_rows_under_out(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "WORKLOADS": "gemm",

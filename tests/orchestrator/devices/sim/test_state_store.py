@@ -217,6 +217,7 @@ while line := sys.stdin.readline():  # a line, its CPU time to live: fork one wr
 """
 
 
+@pytest.mark.slow
 def test_processes_killed_at_random_instants_never_leave_a_torn_state(machine):
     """Each writer dies at a random instant of its own CPU time, 0-12 ms after its first update
     (an update takes ~6 ms): a kill timed on the wall clock from here lands, on a loaded machine,
