@@ -17,18 +17,18 @@ mkdir -p "$out"
 extra="${TMPDIR:-/tmp}/dvfs_pydeps"
 mkdir -p "$extra"
 export PYTHONPATH="$PWD:$PWD/.lease/site${PYTHONPATH:+:$PYTHONPATH}:$extra"
+py=${PYTHON:-python}
 missing=""
 for pkg in filelock:filelock flax:flax optax:optax pandas:pandas pyarrow:pyarrow yaml:pyyaml \
     scipy:scipy; do
-  python -c "import ${pkg%%:*}" 2>/dev/null || missing="$missing ${pkg##*:}"
+  $py -c "import ${pkg%%:*}" 2>/dev/null || missing="$missing ${pkg##*:}"
 done
 if [ -n "$missing" ] && [ -d /opt/pypi/simple ]; then
   echo "installing:$missing"
-  python -m pip install -q --disable-pip-version-check --index-url file:///opt/pypi/simple \
+  $py -m pip install -q --disable-pip-version-check --index-url file:///opt/pypi/simple \
     --target "$extra" $missing >"$out/pip.log" 2>&1 || { echo "pip failed:"; tail -5 "$out/pip.log"; }
 fi
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-py=${PYTHON:-python}
 $py -c "import jax, hydra; print('jax', jax.__version__, jax.devices())" || exit 1
 workloads=${WORKLOADS:-resnet50_train,bert_train,vit_train,stencil,gemm,selu,conv3d,mlp_train,hessian}
 if [ "$phase" = bench ] || [ "$phase" = all ]; then
