@@ -107,13 +107,33 @@ def held_budget(free: int | None, m: MeasureConfig) -> float:
     return budget
 
 
+def held_samples(reference_samples: int, output_bytes: int, budget_bytes: float,
+                 windows: int) -> tuple[int, str | None]:
+    """How many of calls 1, 2, 4, ... each window holds for the reference check (the last call
+    is held besides), so that ``windows`` windows' sampled outputs fit ``budget_bytes`` of
+    device memory; and, when fewer than asked, why (for the row). The last is always held; an
+    output of unknown size (0 bytes: a stand-in kernel), or no bound (an infinite budget: the
+    device's free memory unknown and no cap), holds what is asked."""
+    if output_bytes <= 0 or math.isinf(budget_bytes):
+        return int(reference_samples), None
+    fit = int(budget_bytes // output_bytes) // max(windows, 1) - 1
+    held = max(0, min(int(reference_samples), fit))
+    if held == reference_samples:
+        return held, None
+    return held, (
+        f"{held + 1} of {reference_samples + 1} sampled outputs held per window: "
+        f"{windows} window(s) of {output_bytes / 2**30:.2f} GiB outputs within "
+        f"{budget_bytes / 2**30:.3g} GiB (measure.held_outputs_share of the free device memory, "
+        f"at most measure.held_outputs_gib)"
+    )
+
+
 def footprint(spec: KernelSpec, cfg: DvfsConfig, host: int, device_preset: str,
               free: int | None) -> Footprint:
     """The footprint of ``spec`` on the device at ``device_preset`` (the preset it computes, or
     the sim's ``sim_size``), its held samples bounded by the share of ``free``; ``host`` is what
     the host needs for the preset it computes (:func:`host_bytes`, counted once by the caller)."""
     from kernels.cost import kernel_memory
-    from orchestrator.measuring.window import held_samples
 
     dtype, m = cfg.workload.dtype, cfg.measure
     itemsize = _itemsize(dtype)

@@ -74,6 +74,7 @@ from orchestrator.measuring.memory import (
     OutOfMemory,
     Plan,
     held_budget,
+    held_samples,
     is_out_of_memory,
     oom_reason,
     plan_trial,
@@ -84,7 +85,6 @@ from orchestrator.measuring.window import (
     Checks,
     KernelCalls,
     SimulatedCrash,
-    held_samples,
     measure_window,
 )
 from orchestrator.results.rows import (
