@@ -71,6 +71,7 @@ class Footprint:
     host: int  # host memory beyond the process: inputs as drawn and rounded, the reference
     source: str  # where the temporaries come from: xla_memory_analysis or estimate
     samples: int  # samples held per window besides the last (measure.reference_samples or fewer)
+    modelled: int | None  # the workload's own modelled device memory at `preset` (None: none)
 
     @property
     def device(self) -> int:
@@ -92,9 +93,13 @@ def gib(n: float) -> str:
 
 @dataclass(frozen=True)
 class Plan:
-    """The trial's size and memory, decided before anything is set."""
+    """The trial's sizes and memory, decided before anything is set: the measurement builds the
+    kernel at ``preset``, charges the sim at ``sim_preset`` and models its memory from the
+    footprint, each read here once."""
 
-    footprint: Footprint | None  # None: a kernel that cannot say (a stand-in, a program)
+    preset: str  # the size the kernel computes (the one workload.size=auto chose)
+    sim_preset: str | None  # the size the simulated GPU models and charges (workload.sim_size)
+    footprint: Footprint  # at sim_preset where there is one, else at preset
     free: int | None  # the device's free bytes before the trial (None: it does not say)
     note: str  # for the row: the chosen size and the parts
 
@@ -143,7 +148,7 @@ def footprint(spec: KernelSpec, cfg: DvfsConfig, host: int, device_preset: str,
     samples, _ = held_samples(m.reference_samples, mem.output, held_budget(free, m), m.repeats)
     held = (samples + 1) * m.repeats * mem.output
     return Footprint(device_preset, mem.inputs, mem.output, mem.temporaries, reference, held,
-                     host, mem.source, samples)
+                     host, mem.source, samples, mem.modelled)
 
 
 KERNEL_REFERENCE_FACTOR = 3.0
@@ -181,8 +186,8 @@ def _itemsize(dtype: str) -> int:
 
 
 def plan_trial(device: Device, spec: KernelSpec, cfg: DvfsConfig, preset: str | None = None,
-               own_bytes: int = 0) -> tuple[str, Plan]:
-    """The preset the kernel computes and the trial's memory plan.
+               own_bytes: int = 0) -> Plan:
+    """The trial's plan: the preset the kernel computes, the one the sim models, the memory.
 
     Args:
         device: the trial's device.
@@ -209,7 +214,7 @@ def plan_trial(device: Device, spec: KernelSpec, cfg: DvfsConfig, preset: str | 
         host_need = host_bytes(spec, cfg, preset)
         fp = footprint(spec, cfg, host_need, modelled, free)
         _check(fp, device, info, host)
-        return preset, Plan(fp, free, _note(fp, size, info))
+        return Plan(preset, cfg.workload.sim_size or None, fp, free, _note(fp, size, info))
     candidates = list(reversed(spec.presets)) if size == AUTO_SIZE else [size]
     refusal = None
     for preset in candidates:
@@ -226,7 +231,7 @@ def plan_trial(device: Device, spec: KernelSpec, cfg: DvfsConfig, preset: str | 
         except OutOfMemory as e:
             refusal = refusal or e
             continue
-        return preset, Plan(fp, free, _note(fp, size, info))
+        return Plan(preset, None, fp, free, _note(fp, size, info))
     if size == AUTO_SIZE:
         raise OutOfMemory(f"workload.size=auto: no size of {spec.name} fits; {refusal}")
     raise OutOfMemory(str(refusal))
