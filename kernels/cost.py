@@ -368,12 +368,16 @@ class KernelMemory:
             ``memory_analysis()`` temp and code sizes on the JAX path; an estimate elsewhere).
         source: ``"xla_memory_analysis"`` or ``"estimate"`` (one output-sized buffer of
             temporaries, or the workload's own footprint where it has one).
+        modelled: the workload's own modelled device memory of one call
+            (:meth:`KernelSpec.peak_bytes`), the simulated GPU's in-use peak; None where it
+            gives none.
     """
 
     inputs: int
     output: int
     temporaries: int
     source: str
+    modelled: int | None
 
 
 def kernel_memory(
@@ -392,15 +396,17 @@ def kernel_memory(
     size = spec.sizes[preset][variant]
     itemsize = fw.ITEMSIZE[dtype]
     inputs = sum(int(_prod(shape)) * itemsize for shape in spec.shapes_fn(size))
-    if framework == "jax":
+    found = None
+    if framework == "jax":  # XLA's memory analysis of the compile compiled_work makes
         found = compiled_work(spec, "jax", preset, dtype, precision, variant=variant).xla_memory
-        if found is not None:
-            args, output, temporaries = found
-            return KernelMemory(max(args, inputs), output, temporaries, "xla_memory_analysis")
-    output = _output_bytes(spec, size, dtype, (itemsize, inputs))
     modelled = spec.peak_bytes(preset, dtype)
+    if found is not None:
+        args, output, temporaries = found
+        return KernelMemory(max(args, inputs), output, temporaries, "xla_memory_analysis",
+                            modelled)
+    output = _output_bytes(spec, size, dtype, (itemsize, inputs))
     temporaries = max(modelled - inputs - output, output) if modelled else output
-    return KernelMemory(inputs, output, temporaries, "estimate")
+    return KernelMemory(inputs, output, temporaries, "estimate", modelled)
 
 
 def _prod(shape: Iterable[int]) -> int:

@@ -71,6 +71,7 @@ class Footprint:
     host: int  # host memory beyond the process: inputs as drawn and rounded, the reference
     source: str  # where the temporaries come from: xla_memory_analysis or estimate
     samples: int  # samples held per window besides the last (measure.reference_samples or fewer)
+    modelled: int | None  # the workload's own modelled device memory at `preset` (None: none)
 
     @property
     def device(self) -> int:
@@ -92,9 +93,13 @@ def gib(n: float) -> str:
 
 @dataclass(frozen=True)
 class Plan:
-    """The trial's size and memory, decided before anything is set."""
+    """The trial's sizes and memory, decided before anything is set: the measurement builds the
+    kernel at ``preset``, charges the sim at ``sim_preset`` and models its memory from the
+    footprint, each read here once."""
 
-    footprint: Footprint | None  # None: a kernel that cannot say (a stand-in, a program)
+    preset: str  # the size the kernel computes (the one workload.size=auto chose)
+    sim_preset: str | None  # the size the simulated GPU models and charges (workload.sim_size)
+    footprint: Footprint  # at sim_preset where there is one, else at preset
     free: int | None  # the device's free bytes before the trial (None: it does not say)
     note: str  # for the row: the chosen size and the parts
 
@@ -107,13 +112,33 @@ def held_budget(free: int | None, m: MeasureConfig) -> float:
     return budget
 
 
+def held_samples(reference_samples: int, output_bytes: int, budget_bytes: float,
+                 windows: int) -> tuple[int, str | None]:
+    """How many of calls 1, 2, 4, ... each window holds for the reference check (the last call
+    is held besides), so that ``windows`` windows' sampled outputs fit ``budget_bytes`` of
+    device memory; and, when fewer than asked, why (for the row). The last is always held; an
+    output of unknown size (0 bytes: a stand-in kernel), or no bound (an infinite budget: the
+    device's free memory unknown and no cap), holds what is asked."""
+    if output_bytes <= 0 or math.isinf(budget_bytes):
+        return int(reference_samples), None
+    fit = int(budget_bytes // output_bytes) // max(windows, 1) - 1
+    held = max(0, min(int(reference_samples), fit))
+    if held == reference_samples:
+        return held, None
+    return held, (
+        f"{held + 1} of {reference_samples + 1} sampled outputs held per window: "
+        f"{windows} window(s) of {output_bytes / 2**30:.2f} GiB outputs within "
+        f"{budget_bytes / 2**30:.3g} GiB (measure.held_outputs_share of the free device memory, "
+        f"at most measure.held_outputs_gib)"
+    )
+
+
 def footprint(spec: KernelSpec, cfg: DvfsConfig, host: int, device_preset: str,
               free: int | None) -> Footprint:
     """The footprint of ``spec`` on the device at ``device_preset`` (the preset it computes, or
     the sim's ``sim_size``), its held samples bounded by the share of ``free``; ``host`` is what
     the host needs for the preset it computes (:func:`host_bytes`, counted once by the caller)."""
     from kernels.cost import kernel_memory
-    from orchestrator.measuring.window import held_samples
 
     dtype, m = cfg.workload.dtype, cfg.measure
     itemsize = _itemsize(dtype)
@@ -123,7 +148,7 @@ def footprint(spec: KernelSpec, cfg: DvfsConfig, host: int, device_preset: str,
     samples, _ = held_samples(m.reference_samples, mem.output, held_budget(free, m), m.repeats)
     held = (samples + 1) * m.repeats * mem.output
     return Footprint(device_preset, mem.inputs, mem.output, mem.temporaries, reference, held,
-                     host, mem.source, samples)
+                     host, mem.source, samples, mem.modelled)
 
 
 KERNEL_REFERENCE_FACTOR = 3.0
@@ -161,8 +186,8 @@ def _itemsize(dtype: str) -> int:
 
 
 def plan_trial(device: Device, spec: KernelSpec, cfg: DvfsConfig, preset: str | None = None,
-               own_bytes: int = 0) -> tuple[str, Plan]:
-    """The preset the kernel computes and the trial's memory plan.
+               own_bytes: int = 0) -> Plan:
+    """The trial's plan: the preset the kernel computes, the one the sim models, the memory.
 
     Args:
         device: the trial's device.
@@ -189,7 +214,7 @@ def plan_trial(device: Device, spec: KernelSpec, cfg: DvfsConfig, preset: str | 
         host_need = host_bytes(spec, cfg, preset)
         fp = footprint(spec, cfg, host_need, modelled, free)
         _check(fp, device, info, host)
-        return preset, Plan(fp, free, _note(fp, size, info))
+        return Plan(preset, cfg.workload.sim_size or None, fp, free, _note(fp, size, info))
     candidates = list(reversed(spec.presets)) if size == AUTO_SIZE else [size]
     refusal = None
     for preset in candidates:
@@ -206,7 +231,7 @@ def plan_trial(device: Device, spec: KernelSpec, cfg: DvfsConfig, preset: str | 
         except OutOfMemory as e:
             refusal = refusal or e
             continue
-        return preset, Plan(fp, free, _note(fp, size, info))
+        return Plan(preset, None, fp, free, _note(fp, size, info))
     if size == AUTO_SIZE:
         raise OutOfMemory(f"workload.size=auto: no size of {spec.name} fits; {refusal}")
     raise OutOfMemory(str(refusal))

@@ -74,6 +74,7 @@ from orchestrator.measuring.memory import (
     OutOfMemory,
     Plan,
     held_budget,
+    held_samples,
     is_out_of_memory,
     oom_reason,
     plan_trial,
@@ -84,7 +85,6 @@ from orchestrator.measuring.window import (
     Checks,
     KernelCalls,
     SimulatedCrash,
-    held_samples,
     measure_window,
 )
 from orchestrator.results.rows import (
@@ -109,7 +109,7 @@ class TrialContext:
 
     device: Device
     guard: SettingsGuard
-    kernels: Any  # kernels.KernelCache (or any object with the same get())
+    kernels: Any  # kernels.KernelCache (or a test's stand-in with the same get())
     sweep_id: str = ""
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     on_kernel_calls: Callable[[], None] | None = None  # called before a trial's first call
@@ -145,11 +145,11 @@ def run_trial(ctx: TrialContext, job: JobSpec, attempt: int = 1) -> list[dict[st
         if program:  # its reference run, the setting and its runs: measuring.command
             measure_program(ctx, job, base, rows, phases)
         else:
-            preset, plan = _plan(ctx, job, base)  # before anything is set: refused if too big
+            plan = _plan(ctx, job, base)  # before anything is set: refused if too big
             with timed(phases, "settings"):
                 ctx.guard.apply(job.request)
                 device.idle(job.config.measure.settle_s)
-            _measure(ctx, job, base, rows, phases, held, preset, plan)
+            _measure(ctx, job, base, rows, phases, held, plan)
         interrupt.check()  # ... or here: the guard may have put the GPU back mid-window
     except OutOfMemory as e:  # refused before anything was set
         fail_rows(rows, base, job.repeats, Status.OUT_OF_MEMORY, f"not run: {e}")
@@ -187,10 +187,10 @@ def _failure(e: Exception, plan: Plan | None, program: bool) -> tuple[Status, st
     return Status.CRASH, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
 
 
-def _plan(ctx: TrialContext, job: JobSpec, base: dict[str, Any]) -> tuple[str, Plan | None]:
-    """The size the kernel computes and its memory plan (``measuring.memory``), recorded in
-    ``base``; every other kernel's arrays are released first, so the free memory read is what
-    this trial may take.
+def _plan(ctx: TrialContext, job: JobSpec, base: dict[str, Any]) -> Plan:
+    """The sizes the kernel computes and the sim models, and the memory plan
+    (``measuring.memory``), recorded in ``base``; every other kernel's arrays are released
+    first, so the free memory read is what this trial may take.
 
     Raises:
         OutOfMemory: the size (or, for ``auto``, every size) does not fit.
@@ -201,23 +201,21 @@ def _plan(ctx: TrialContext, job: JobSpec, base: dict[str, Any]) -> tuple[str, P
     options = kernel_options(spec.name, cfg, preset) if preset else None
     base.update(size_requested=cfg.workload.size,
                 check_arithmetic=device.float32_matmul_default(cfg.framework.name))
-    cache = ctx.kernels
-    if not hasattr(cache, "release_others"):  # a stand-in cache: its kernels know no footprint
-        return cfg.workload.size, None
-    cache.release_others(options)  # this kernel's arrays stay, to be used again
-    own = cache.resident_bytes(options) if options is not None else 0
+    cache, own = ctx.kernels, 0
+    if hasattr(cache, "release_others"):  # a test's stand-in cache holds no arrays of its own
+        cache.release_others(options)  # this kernel's arrays stay, to be used again
+        own = cache.resident_bytes(options) if options is not None else 0
     device.model_allocation(0, cfg.framework.name)  # the sim: the process holds its arrays no more
     try:
-        preset, plan = plan_trial(device, spec, cfg, preset, own)
+        plan = plan_trial(device, spec, cfg, preset, own)
     except OutOfMemory as e:
         base["footprint_note"] = str(e)
         raise
     if cfg.workload.size == AUTO_SIZE:  # the sweep's later trials compute the same size
-        ctx.sizes[(spec.name, cfg.framework.name, cfg.workload.dtype)] = preset
-    fp = plan.footprint
-    base.update(size=preset, footprint_bytes=fp.device if fp else None,
+        ctx.sizes[(spec.name, cfg.framework.name, cfg.workload.dtype)] = plan.preset
+    base.update(size=plan.preset, footprint_bytes=plan.footprint.device,
                 footprint_note=plan.note, device_free_bytes=plan.free)
-    return preset, plan
+    return plan
 
 
 def _fill_host_peak(rows: list[dict[str, Any]], peak: HostPeak) -> None:
@@ -277,29 +275,29 @@ def kernel_options(workload: str, cfg: DvfsConfig, preset: str | None = None) ->
 
 def _measure(
     ctx: TrialContext, job: JobSpec, base: dict[str, Any], rows: list[dict[str, Any]],
-    phases: dict[str, float], held: list[Held], preset_run: str, plan: Plan | None,
+    phases: dict[str, float], held: list[Held], plan: Plan,
 ) -> None:
-    """Build and warm the kernel, then one window and its check run per repeat (rows appended,
-    their checks into ``held``; the wall time of the build and the warm-up into ``phases``,
-    each repeat's into its row)."""
+    """Build and warm the kernel at the plan's sizes, then one window and its check run per
+    repeat (rows appended, their checks into ``held``; the wall time of the build and the
+    warm-up into ``phases``, each repeat's into its row)."""
     from orchestrator.results.provenance import library_versions
 
     wall = time.perf_counter()
     cfg, device, spec = job.config, ctx.device, job.workload_spec
     used_before = device.memory_used_bytes()
-    kernel = ctx.kernels.get(kernel_options(spec.name, cfg, preset_run))
+    kernel = ctx.kernels.get(kernel_options(spec.name, cfg, plan.preset))
     base["framework_version"] = kernel.framework_version
     base["versions"] = library_versions(cfg.framework.name)
-    sim_sized = device.identity.backend == "sim" and bool(cfg.workload.sim_size)
-    preset = cfg.workload.sim_size if sim_sized else preset_run
+    preset = plan.sim_preset or plan.preset  # the size the device is charged (sim) or ran
     # The analytic counts stay the useful work of a call (throughput, energy per TFLOP);
     # the compiled work is what the device is charged (on the sim) or what it ran. The
-    # workload's figures at that size are read once, here: its counts, roof and footprint.
+    # workload's figures at that size are read once, here: its counts and roof (its modelled
+    # footprint, the plan's).
     peak = spec.peak(cfg.workload.dtype, cfg.framework.precision, cfg.framework.name)
-    footprint = spec.peak_bytes(preset, cfg.workload.dtype) if sim_sized else None
     counts = spec.counts(preset=preset, dtype=cfg.workload.dtype)
     work = _charged_work(kernel, (spec.name, counts, peak), preset, cfg, base)
-    memory = _memory_model(device, footprint or int(counts.bytes_moved), cfg) if sim_sized else None
+    in_use = plan.footprint.modelled or int(counts.bytes_moved)  # a kernel without a footprint
+    memory = _memory_model(device, in_use, cfg) if plan.sim_preset else None
     getattr(kernel, "reset_peak_memory", lambda: None)()  # a stand-in kernel keeps no figures
     m = cfg.measure
     phases["build"] = time.perf_counter() - wall
@@ -312,7 +310,7 @@ def _measure(
             KernelCalls(kernel, device, work, None).run(m.warmup_iters)
     with timed(phases, "compare"):  # the reference, computed once per kernel (and so per sweep)
         kernel.reference()
-    budget = held_budget(plan.free if plan else None, m)  # the held samples' device memory
+    budget = held_budget(plan.free, m)  # the held samples' device memory
     samples, samples_note = held_samples(
         m.reference_samples, getattr(kernel, "output_bytes", 0), budget, m.repeats)
     base.update(samples_note=samples_note)

@@ -22,7 +22,8 @@ A window times the device, not the host. Judged by what each line would cost on 
   has put the device back: a check is not computed by the setting under test. How many are held
   is bounded by ``measure.held_outputs_share`` of the device's free memory (and
   ``measure.held_outputs_gib`` where set) over all of a trial's windows
-  (:func:`held_samples`); fewer samples, never an out-of-memory crash, and the row says so.
+  (``measuring.memory.held_samples``); fewer samples, never an out-of-memory crash, and the row
+  says so.
 
 Even an on-device fingerprint is a pass over the output unless XLA fuses it into the kernel's own
 loop; measured on a CPU it makes the stencil 3.7x slower. So by default (``measure.digest=after``)
@@ -40,7 +41,6 @@ timed window is seen by nothing, as on hardware: detection is the check run's jo
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -76,27 +76,6 @@ def flip_random_bit(out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 def sample_indices(reference_samples: int) -> set[int]:
     """The calls (counted from 1) whose outputs are compared with the reference: 1, 2, 4, ..."""
     return {2**i for i in range(int(reference_samples))}
-
-
-def held_samples(reference_samples: int, output_bytes: int, budget_bytes: float,
-                 windows: int) -> tuple[int, str | None]:
-    """How many of calls 1, 2, 4, ... each window holds for the reference check (the last call
-    is held besides), so that ``windows`` windows' sampled outputs fit ``budget_bytes`` of
-    device memory; and, when fewer than asked, why (for the row). The last is always held; an
-    output of unknown size (0 bytes: a stand-in kernel), or no bound (an infinite budget: the
-    device's free memory unknown and no cap), holds what is asked."""
-    if output_bytes <= 0 or math.isinf(budget_bytes):
-        return int(reference_samples), None
-    fit = int(budget_bytes // output_bytes) // max(windows, 1) - 1
-    held = max(0, min(int(reference_samples), fit))
-    if held == reference_samples:
-        return held, None
-    return held, (
-        f"{held + 1} of {reference_samples + 1} sampled outputs held per window: "
-        f"{windows} window(s) of {output_bytes / 2**30:.2f} GiB outputs within "
-        f"{budget_bytes / 2**30:.3g} GiB (measure.held_outputs_share of the free device memory, "
-        f"at most measure.held_outputs_gib)"
-    )
 
 
 @dataclass

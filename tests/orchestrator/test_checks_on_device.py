@@ -13,8 +13,8 @@ from orchestrator.devices import CPU_ONLY_ENV, journal_dir, open_backend
 from orchestrator.jobs.job import JobSpec
 from orchestrator.measuring.guard import SettingsGuard
 from orchestrator.measuring.journal import Journal
+from orchestrator.measuring.memory import held_samples
 from orchestrator.measuring.trial import TrialContext, run_trial
-from orchestrator.measuring.window import held_samples
 
 FINGERPRINT_BYTES = 8  # two uint32 words per checked call
 ERROR_SUMS_BYTES = 8  # two float32 numbers per compared output

@@ -152,10 +152,10 @@ class _Device:
 def test_auto_picks_the_largest_size_that_fits_and_says_so():
     cfg = compose(["workload=gemm", "workload.size=auto", "device.backend=cpu"])
     spec = get_spec("gemm")
-    preset, plan = plan_trial(_Device(12), spec, cfg)  # gpu needs 2.5 GiB
-    assert preset == "gpu" and "size=auto chose gpu" in plan.note
-    preset, plan = plan_trial(_Device(1.0), spec, cfg)  # cpu needs about 0.16 GiB
-    assert preset == "cpu"
+    plan = plan_trial(_Device(12), spec, cfg)  # gpu needs 2.5 GiB
+    assert plan.preset == "gpu" and "size=auto chose gpu" in plan.note
+    plan = plan_trial(_Device(1.0), spec, cfg)  # cpu needs about 0.16 GiB
+    assert plan.preset == "cpu"
     assert plan.footprint.device <= 0.9 * 2**30
     with pytest.raises(OutOfMemory, match="no size of gemm fits"):
         plan_trial(_Device(0.00001), spec, cfg)
@@ -171,7 +171,7 @@ def test_a_fixed_size_that_does_not_fit_is_refused_in_one_line():
 
 def test_held_samples_are_bounded_by_a_share_of_free_memory():
     cfg = compose(["workload=gemm", "workload.size=gpu", "measure.held_outputs_share=0.1"])
-    _, plan = plan_trial(_Device(12), get_spec("gemm"), cfg)
+    plan = plan_trial(_Device(12), get_spec("gemm"), cfg)
     assert plan.footprint.held <= 0.1 * 12 * 2**30 + plan.footprint.output
     assert plan.footprint.samples < cfg.measure.reference_samples
 
