@@ -389,10 +389,18 @@ def _signal_driver(run: ChaosRun, sig: int, ok: Callable[[dict[str, Any], Driver
     if not d.alive():
         return {"missed": "the sweep had just ended"}
     pids = descendants(d.pid)
+    stored = len(d.sweep.rows())
     t0 = time.monotonic()
     (os.killpg if group else os.kill)(d.pid, sig)
     exited = d.wait(120) is not None
     stop_s = round(time.monotonic() - t0, 2) if exited else None
+    ended = exited and d.proc.returncode == 0 and sig != signal.SIGKILL
+    if ended and not d.sweep.ledger()["lost"] and len(d.sweep.rows()) == stored:
+        # Every job was stored before the signal and none after: it struck the driver's last
+        # second (Ray shutting down, after the command's signal handling), not a running sweep.
+        run.recover(d, pids)
+        return {"missed": f"the sweep ended as the signal came (exit 0 after {stop_s} s, "
+                          "every job stored before it)"}
     rec = {**run.recover(d, pids), "stop_s": stop_s}
     return {"target": f"driver pid {d.pid}{' and its group' if group else ''}", **rec,
             "ok": ok(rec, d)}
