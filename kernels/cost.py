@@ -182,14 +182,11 @@ def compiled_work(
     key = (spec.name, framework, preset, variant, dtype, precision, xla, compile)
     with _lock:
         work = _cache.get(key)
-        if work is None:
-            kept = work_cache.key_of(spec, framework, key[2:])
-            work = work_cache.load(kept, CompiledWork)
-            if work is None:
-                work = _analyse(spec, (framework, xla, compile), (preset, variant), dtype,
-                                precision)
-                work_cache.store(kept, work)
-            _cache[key] = work
+        if work is None:  # not yet in this process: kept on disk, else analysed (and kept)
+            work = _cache[key] = work_cache.kept(
+                spec, framework, key[2:], CompiledWork,
+                lambda: _analyse(spec, (framework, xla, compile), (preset, variant), dtype,
+                                 precision))
     return work
 
 
