@@ -45,6 +45,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -108,6 +109,15 @@ class ProgramRun:
         return f"exited with status {self.exit_code}"
 
 
+def program_argv(argv: Sequence[Any]) -> list[str]:
+    """The argv to run: ``python`` (or ``python3``) is the Python dvfs runs on, so the program
+    sees the same packages (the ``dvfs`` API among them)."""
+    args = [str(a) for a in argv]
+    if args and args[0] in ("python", "python3"):
+        args[0] = sys.executable
+    return args
+
+
 def run_program(argv: Sequence[str], *, cwd: str | None, env: dict[str, str],
                 timeout_s: float | None, capture: bool = True,
                 on_poll: Callable[[], None] | None = None) -> ProgramRun:
@@ -116,7 +126,7 @@ def run_program(argv: Sequence[str], *, cwd: str | None, env: dict[str, str],
     stopped).
 
     Args:
-        argv: what to run (``program.program_argv``).
+        argv: what to run (:func:`program_argv` resolves ``python``).
         cwd: where.
         env: added to this process's environment.
         timeout_s: its limit (None: none).
@@ -130,7 +140,7 @@ def run_program(argv: Sequence[str], *, cwd: str | None, env: dict[str, str],
         with log.open("wb") as out:
             try:
                 proc = subprocess.Popen(
-                    program.program_argv(argv), cwd=cwd, env=full_env,
+                    program_argv(argv), cwd=cwd, env=full_env,
                     stdout=out if capture else None, stderr=subprocess.STDOUT if capture else None,
                     stdin=subprocess.DEVNULL, process_group=0)
             except OSError as e:
@@ -376,7 +386,7 @@ _references: dict[str, Reference] = {}  # per process: the program (and GPU) -> 
 
 def _reference_key(job: JobSpec, uuid: str) -> str:
     w = job.config.workload
-    return json.dumps([program.program_argv(w.argv or ()), w.cwd, dict(w.env or {}),
+    return json.dumps([program_argv(w.argv or ()), w.cwd, dict(w.env or {}),
                        float(w.sim_scale), uuid], sort_keys=True, default=str)
 
 
