@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator import interrupt
 from orchestrator.devices.base import ClockEventReason, Device
 from orchestrator.measuring import program
-from orchestrator.measuring.meter import EnergyMeter, Measurement
+from orchestrator.measuring.meter import EnergyMeter, Measurement, metered
 from orchestrator.measuring.phases import timed
 from orchestrator.results.rows import Status, failed_by, validity
 
@@ -440,24 +440,13 @@ def measure_program(ctx: TrialContext, job: JobSpec, base: dict[str, Any],
 
 
 def _run_once(ctx: TrialContext, job: JobSpec) -> _Measured:
-    """Run the program once, metered around it; on the sim, a program that never used the API
-    is charged as busy for its wall time."""
+    """Run the program once, metered around it in one call of the meter (``meter.metered``);
+    on the sim, a program that never used the API is charged as busy for its wall time."""
     device, cfg = ctx.device, job.config
     m = cfg.measure
     start_c = float(device.temperature_c())
-    meter = EnergyMeter(device, method=m.meter, poll_hz=m.poll_hz)
-    try:
-        meter.arm()
-        meter.start()
-        run = run_program(cfg.workload.argv or (), cwd=cfg.workload.cwd,
-                          env=program_env(device, cfg, [device.identity.uuid]),
-                          timeout_s=cfg.workload.timeout_s)
-        if run.stopped_by is not None:
-            raise run.stopped_by
-        busy_s = charge_undeclared(run, [device], [meter])
-        whole = meter.stop(end_s=device.now_s())
-    finally:
-        meter.close()
+    (run, busy_s), whole = metered(device, lambda meter: _run_charged(device, cfg, meter),
+                                   method=m.meter, poll_hz=m.poll_hz)
     note = None
     if busy_s:
         note = (f"the program charged the simulated GPU nothing (it never used the dvfs API): "
@@ -468,6 +457,17 @@ def _run_once(ctx: TrialContext, job: JobSpec) -> _Measured:
                 "for that wall time")
     return _Measured(run, run_span(run, device, whole, busy_s), start_c,
                      float(device.temperature_c()), note)
+
+
+def _run_charged(device: Device, cfg: DvfsConfig, meter: EnergyMeter) -> tuple[ProgramRun, float]:
+    """One run of the program under the trial's meter, and the busy seconds the sim was charged
+    for it (:func:`charge_undeclared`); a Ctrl-C that stopped it is raised again, uncharged."""
+    run = run_program(cfg.workload.argv or (), cwd=cfg.workload.cwd,
+                      env=program_env(device, cfg, [device.identity.uuid]),
+                      timeout_s=cfg.workload.timeout_s)
+    if run.stopped_by is not None:
+        raise run.stopped_by
+    return run, charge_undeclared(run, [device], [meter])
 
 
 def charge_undeclared(run: ProgramRun, devices: Sequence[Device],
