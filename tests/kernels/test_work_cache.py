@@ -116,7 +116,7 @@ def test_the_key_changes_with_the_source_of_the_workloads_functions(tmp_path, mo
 def test_a_footprint_read_back_from_disk_is_still_xlas_memory_analysis(disk, monkeypatch):
     """The memory analysis comes from the same compile as the work: a worker that reads the work
     from disk sizes its trial from XLA's figures too, not from the estimate."""
-    first = cost.kernel_memory(STENCIL, "jax", "gpu")
+    first = cost.kernel_memory(STENCIL, STENCIL.at("gpu"), "jax")
     assert first.source == "xla_memory_analysis" and first.output > 0
     forget_and_forbid_analysis(monkeypatch)
-    assert cost.kernel_memory(STENCIL, "jax", "gpu") == first
+    assert cost.kernel_memory(STENCIL, STENCIL.at("gpu"), "jax") == first
