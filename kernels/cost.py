@@ -70,7 +70,7 @@ from kernels import frameworks as fw
 from kernels import work_cache
 
 if TYPE_CHECKING:  # annotations only: kernels.spec imports this module for derived counts
-    from kernels.spec import KernelSpec
+    from kernels.spec import KernelSpec, Sized
 
 WorkKind = Literal["matmul", "conv", "elementwise"]
 """How a call's arithmetic runs: a call that convolves is ``conv``, else one that multiplies
@@ -182,14 +182,11 @@ def compiled_work(
     key = (spec.name, framework, preset, variant, dtype, precision, xla, compile)
     with _lock:
         work = _cache.get(key)
-        if work is None:
-            kept = work_cache.key_of(spec, framework, key[2:])
-            work = work_cache.load(kept, CompiledWork)
-            if work is None:
-                work = _analyse(spec, (framework, xla, compile), (preset, variant), dtype,
-                                precision)
-                work_cache.store(kept, work)
-            _cache[key] = work
+        if work is None:  # not yet in this process: kept on disk, else analysed (and kept)
+            work = _cache[key] = work_cache.kept(
+                spec, framework, key[2:], CompiledWork,
+                lambda: _analyse(spec, (framework, xla, compile), (preset, variant), dtype,
+                                 precision))
     return work
 
 
@@ -380,11 +377,10 @@ class KernelMemory:
     modelled: int | None
 
 
-def kernel_memory(
-    spec: KernelSpec, framework: str, preset: str, dtype: str = "float32",
-    precision: str = "default", variant: str | None = None,
-) -> KernelMemory:
-    """The device memory of one call at ``preset``, known before anything is put on a device.
+def kernel_memory(spec: KernelSpec, sized: Sized, framework: str,
+                  precision: str = "default") -> KernelMemory:
+    """The device memory of one call of ``spec`` at ``sized`` (its preset and dtype, read of the
+    spec once by the planner: :meth:`KernelSpec.at`), known before anything is put on a device.
 
     On the JAX path the figures come from XLA's memory analysis of the step compiled with
     abstract shapes (the compile :func:`compiled_work` makes, cached per options); TensorFlow
@@ -392,19 +388,17 @@ def kernel_memory(
     the workload's modelled footprint beyond its inputs where it has one, else one buffer of
     the output's size.
     """
-    variant = spec.default_variant if variant is None else variant
-    size = spec.sizes[preset][variant]
-    itemsize = fw.ITEMSIZE[dtype]
-    inputs = sum(int(_prod(shape)) * itemsize for shape in spec.shapes_fn(size))
+    itemsize = fw.ITEMSIZE[sized.dtype]
+    inputs = sum(int(_prod(shape)) * itemsize for shape in sized.shapes)
+    modelled = sized.modelled
     found = None
     if framework == "jax":  # XLA's memory analysis of the compile compiled_work makes
-        found = compiled_work(spec, "jax", preset, dtype, precision, variant=variant).xla_memory
-    modelled = spec.peak_bytes(preset, dtype)
+        found = compiled_work(spec, "jax", sized.preset, sized.dtype, precision).xla_memory
     if found is not None:
         args, output, temporaries = found
         return KernelMemory(max(args, inputs), output, temporaries, "xla_memory_analysis",
                             modelled)
-    output = _output_bytes(spec, size, dtype, (itemsize, inputs))
+    output = _output_bytes(spec, sized, (itemsize, inputs))
     temporaries = max(modelled - inputs - output, output) if modelled else output
     return KernelMemory(inputs, output, temporaries, "estimate", modelled)
 
@@ -416,22 +410,21 @@ def _prod(shape: Iterable[int]) -> int:
     return total
 
 
-def _output_bytes(spec: KernelSpec, size: Any, dtype: str, widths: tuple[int, int]) -> int:
+def _output_bytes(spec: KernelSpec, sized: Sized, widths: tuple[int, int]) -> int:
     """One output's bytes from JAX's shape inference where JAX is there, else the largest
     input's (an elementwise or same-shape kernel's output); ``widths`` is (bytes per element,
     all inputs' bytes), as the caller counted them."""
     itemsize, inputs = widths
-    shapes = list(spec.shapes_fn(size))
     if spec.jax_fn is not None:
         try:
             jax = fw.import_jax()
-            args = [jax.ShapeDtypeStruct(s, dtype) for s in shapes]  # JAX reads our dtype names
-            out = jax.eval_shape(spec.jax_fn(size), *args)
+            args = [jax.ShapeDtypeStruct(s, sized.dtype) for s in sized.shapes]  # our dtype names
+            out = jax.eval_shape(spec.jax_fn(sized.size), *args)
             return sum(int(_prod(leaf.shape)) * leaf.dtype.itemsize
                        for leaf in jax.tree_util.tree_leaves(out))
         except Exception:  # noqa: BLE001 - no JAX here: the estimate below
             pass
-    return max((int(_prod(s)) * itemsize for s in shapes), default=inputs)
+    return max((int(_prod(s)) * itemsize for s in sized.shapes), default=inputs)
 
 
 def _tf_specs(tf: Any, spec: KernelSpec, size: Any, dtype: str) -> list[Any]:

@@ -64,6 +64,29 @@ class WorkCounts(NamedTuple):
         return self.flops / self.bytes_moved
 
 
+class Sized(NamedTuple):
+    """A workload at one size preset in one dtype, as a planner reads it: asked of the spec once
+    (:meth:`KernelSpec.at`) and handed on, so that what it holds is not asked again.
+
+    Attributes:
+        preset: the size preset.
+        dtype: the dtype its arrays hold.
+        size: the size itself (the default variant's).
+        shapes: its inputs' shapes (``shapes_fn``).
+        modelled: its modelled peak device memory in ``dtype`` (:meth:`KernelSpec.peak_bytes`;
+            None: it gives no footprint).
+        reference: the same in float64, as its float64 reference holds it on the host (None: no
+            reference, or no footprint).
+    """
+
+    preset: str
+    dtype: str
+    size: Any
+    shapes: tuple[tuple[int, ...], ...]
+    modelled: int | None
+    reference: int | None
+
+
 def _choices(what: str, value: object, choices: tuple[str, ...], context: str) -> str:
     return f"unknown {what} {value!r} for {context}; choose one of: {', '.join(choices)}"
 
@@ -171,6 +194,14 @@ class KernelSpec:
         if parts is None:
             return None
         return int(parts["total"] if "total" in parts else sum(parts.values()))
+
+    def at(self, preset: str, dtype: str = "float32") -> Sized:
+        """The workload at ``preset`` in ``dtype`` (its default variant): its size, its inputs'
+        shapes and its modelled memory, read once for whoever plans it."""
+        size = self.size(preset)
+        modelled = self.peak_bytes(preset, dtype)
+        reference = self.peak_bytes(preset, "float64") if self.reference_fn is not None else None
+        return Sized(preset, dtype, size, tuple(self.shapes_fn(size)), modelled, reference)
 
     @property
     def presets(self) -> tuple[str, ...]:

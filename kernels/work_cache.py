@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kernels.cost import CompiledWork
     from kernels.spec import KernelSpec
 
@@ -61,6 +63,19 @@ def key_of(spec: KernelSpec, framework: str, options: tuple[object, ...]) -> str
                 _framework_version(framework), _compiler_backend() if xla else "host",
                 _sources_hash(_hook_files(spec))]
     return hashlib.sha256(json.dumps(material).encode()).hexdigest()[:32]
+
+
+def kept(spec: KernelSpec, framework: str, options: tuple[object, ...],
+         kind: type[CompiledWork], analyse: Callable[[], CompiledWork]) -> CompiledWork:
+    """The work of ``spec`` under ``framework`` and ``options`` kept on disk, else what
+    ``analyse()`` finds, kept for the next process (a fallback never is: :func:`store`): the one
+    place the disk is consulted, once per result a process asks for."""
+    key = key_of(spec, framework, options)
+    work = load(key, kind)
+    if work is None:
+        work = analyse()
+        store(key, work)
+    return work
 
 
 def load(key: str, kind: type[CompiledWork]) -> CompiledWork | None:

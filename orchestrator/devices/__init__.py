@@ -121,12 +121,13 @@ def _machine_state_dir(device: DeviceConfig, join_existing: bool) -> Path:
     """:func:`sim_state_dir` of a config already typed (``journal_dir`` types it once)."""
     explicit = device.state_dir or os.environ.get(SIM_STATE_ENV)
     spec = _sim_spec(device)
+    name = _machine_name(spec)
     if explicit:
         from orchestrator.devices.sim.state import machine_dir
 
         root = Path(explicit).expanduser().resolve()
-        return machine_dir(root, _machine_name(spec), join_existing=join_existing, **spec)
-    return Path.home() / ".cache" / "dvfs" / "sim" / _machine_name(spec)
+        return machine_dir(root, name, join_existing=join_existing, **spec)
+    return Path.home() / ".cache" / "dvfs" / "sim" / name
 
 
 def journal_dir(device: DeviceConfig | Mapping[str, Any]) -> Path:

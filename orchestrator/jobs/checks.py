@@ -98,7 +98,7 @@ def check_program(argv: Sequence[Any], cwd: str | None) -> None:
     where = Path(cwd or ".")
     if not where.is_dir():
         raise UserError(f"workload.cwd={cwd}: no such directory")
-    if args[0] in ("python", "python3"):  # run as dvfs's own Python (program.program_argv)
+    if args[0] in ("python", "python3"):  # run as dvfs's own Python (command.program_argv)
         return
     if os.sep in args[0]:
         found = (where / args[0]).exists()

@@ -46,7 +46,7 @@ from orchestrator.launching import estimate
 from orchestrator.launching.batch import JobStream, differing_device_keys, one_machine_message
 from orchestrator.launching.pool import close_pool, get_pool
 from orchestrator.launching.resume import already_stored
-from orchestrator.launching.scheduling import refusals
+from orchestrator.launching.scheduling import gpus_at_once, refusals
 from orchestrator.launching.settings import LaunchSettings
 from orchestrator.launching.supervisor import Supervisor
 from orchestrator.progress import Progress
@@ -135,7 +135,7 @@ def run_jobs(
     refused = refusals(pool.slots, jobs.samples)
     if refused:
         raise UserError(f"{refused[0]}; nothing was run")
-    gpus = _gpus_at_once(jobs, pool.expected)
+    gpus = gpus_at_once(jobs.selections, pool.expected)
     measures = jobs.measures()
     if settings.placement == "every":
         progress.total = jobs.total * gpus
@@ -211,15 +211,6 @@ def _fit_local_ray(device: dict[str, Any]) -> None:
     if ray.is_initialized() and ray.cluster_resources().get("GPU", 0) != device.get("count", 1):
         close_pool()
         ray.shutdown()
-
-
-def _gpus_at_once(jobs: JobStream, expected: int) -> int:
-    """How many GPUs the batch's jobs run on at once (for its estimate): the widest
-    ``device.gpus`` selection, every GPU of the pool for none. The workers may still be joining
-    (``pool.expected`` of them), so the slots are not counted."""
-    widest = max((expected if sel is None else min(len(sel), expected)
-                  for sel in jobs.selections), default=1)
-    return max(1, widest)
 
 
 __all__ = [

@@ -187,9 +187,10 @@ class BatchStores:
 
     def note_gpus(self, slots: list[Slot]) -> None:
         """Record the pool's GPUs in every open store (a worker joined)."""
+        meta = launcher_meta(self.settings, slots)  # this launch's: the same for every store
         for store in self.open.values():
-            meta = launcher_meta(self.settings, slots)
-            store.put_meta("launcher", merge_gpus(meta, store.get_meta("launcher")))
+            merged = merge_gpus(meta, store.get_meta("launcher"))  # with those it recorded
+            store.put_meta("launcher", merged)
 
     def note_retired(self, uuid: str, entry: dict[str, Any]) -> None:
         """Record a retired GPU in every open store (the report names it and why)."""

@@ -190,6 +190,15 @@ def share_while_starting(
     return max(1, total // max(workers, 1))
 
 
+def gpus_at_once(selections: Iterable[Any], expected: int) -> int:
+    """How many GPUs a batch's jobs run on at once (for its estimate): the widest of their
+    ``device.gpus`` selections, every GPU of the pool for none. The workers may still be joining
+    (``expected`` of them: ``GpuPool.expected``), so the slots are not counted."""
+    widest = max((expected if sel is None else min(len(sel), expected) for sel in selections),
+                 default=1)
+    return max(1, widest)
+
+
 # --- admission ---------------------------------------------------------------------------------
 def refusals(slots: list[Slot], jobs: list[Any]) -> list[str]:
     """Each (job, GPU) the GPU refuses, as a one-line message; empty when all are admitted.

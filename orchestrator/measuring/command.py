@@ -45,6 +45,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -55,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator import interrupt
 from orchestrator.devices.base import ClockEventReason, Device
 from orchestrator.measuring import program
-from orchestrator.measuring.meter import EnergyMeter, Measurement
+from orchestrator.measuring.meter import EnergyMeter, Measurement, metered
 from orchestrator.measuring.phases import timed
 from orchestrator.results.rows import Status, failed_by, validity
 
@@ -108,6 +109,15 @@ class ProgramRun:
         return f"exited with status {self.exit_code}"
 
 
+def program_argv(argv: Sequence[Any]) -> list[str]:
+    """The argv to run: ``python`` (or ``python3``) is the Python dvfs runs on, so the program
+    sees the same packages (the ``dvfs`` API among them)."""
+    args = [str(a) for a in argv]
+    if args and args[0] in ("python", "python3"):
+        args[0] = sys.executable
+    return args
+
+
 def run_program(argv: Sequence[str], *, cwd: str | None, env: dict[str, str],
                 timeout_s: float | None, capture: bool = True,
                 on_poll: Callable[[], None] | None = None) -> ProgramRun:
@@ -116,7 +126,7 @@ def run_program(argv: Sequence[str], *, cwd: str | None, env: dict[str, str],
     stopped).
 
     Args:
-        argv: what to run (``program.program_argv``).
+        argv: what to run (:func:`program_argv` resolves ``python``).
         cwd: where.
         env: added to this process's environment.
         timeout_s: its limit (None: none).
@@ -130,7 +140,7 @@ def run_program(argv: Sequence[str], *, cwd: str | None, env: dict[str, str],
         with log.open("wb") as out:
             try:
                 proc = subprocess.Popen(
-                    program.program_argv(argv), cwd=cwd, env=full_env,
+                    program_argv(argv), cwd=cwd, env=full_env,
                     stdout=out if capture else None, stderr=subprocess.STDOUT if capture else None,
                     stdin=subprocess.DEVNULL, process_group=0)
             except OSError as e:
@@ -376,7 +386,7 @@ _references: dict[str, Reference] = {}  # per process: the program (and GPU) -> 
 
 def _reference_key(job: JobSpec, uuid: str) -> str:
     w = job.config.workload
-    return json.dumps([program.program_argv(w.argv or ()), w.cwd, dict(w.env or {}),
+    return json.dumps([program_argv(w.argv or ()), w.cwd, dict(w.env or {}),
                        float(w.sim_scale), uuid], sort_keys=True, default=str)
 
 
@@ -430,24 +440,13 @@ def measure_program(ctx: TrialContext, job: JobSpec, base: dict[str, Any],
 
 
 def _run_once(ctx: TrialContext, job: JobSpec) -> _Measured:
-    """Run the program once, metered around it; on the sim, a program that never used the API
-    is charged as busy for its wall time."""
+    """Run the program once, metered around it in one call of the meter (``meter.metered``);
+    on the sim, a program that never used the API is charged as busy for its wall time."""
     device, cfg = ctx.device, job.config
     m = cfg.measure
     start_c = float(device.temperature_c())
-    meter = EnergyMeter(device, method=m.meter, poll_hz=m.poll_hz)
-    try:
-        meter.arm()
-        meter.start()
-        run = run_program(cfg.workload.argv or (), cwd=cfg.workload.cwd,
-                          env=program_env(device, cfg, [device.identity.uuid]),
-                          timeout_s=cfg.workload.timeout_s)
-        if run.stopped_by is not None:
-            raise run.stopped_by
-        busy_s = charge_undeclared(run, [device], [meter])
-        whole = meter.stop(end_s=device.now_s())
-    finally:
-        meter.close()
+    (run, busy_s), whole = metered(device, lambda meter: _run_charged(device, cfg, meter),
+                                   method=m.meter, poll_hz=m.poll_hz)
     note = None
     if busy_s:
         note = (f"the program charged the simulated GPU nothing (it never used the dvfs API): "
@@ -458,6 +457,17 @@ def _run_once(ctx: TrialContext, job: JobSpec) -> _Measured:
                 "for that wall time")
     return _Measured(run, run_span(run, device, whole, busy_s), start_c,
                      float(device.temperature_c()), note)
+
+
+def _run_charged(device: Device, cfg: DvfsConfig, meter: EnergyMeter) -> tuple[ProgramRun, float]:
+    """One run of the program under the trial's meter, and the busy seconds the sim was charged
+    for it (:func:`charge_undeclared`); a Ctrl-C that stopped it is raised again, uncharged."""
+    run = run_program(cfg.workload.argv or (), cwd=cfg.workload.cwd,
+                      env=program_env(device, cfg, [device.identity.uuid]),
+                      timeout_s=cfg.workload.timeout_s)
+    if run.stopped_by is not None:
+        raise run.stopped_by
+    return run, charge_undeclared(run, [device], [meter])
 
 
 def charge_undeclared(run: ProgramRun, devices: Sequence[Device],

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from orchestrator.config import AUTO_SIZE
 
 if TYPE_CHECKING:
-    from kernels.spec import KernelSpec
+    from kernels.spec import KernelSpec, Sized
     from orchestrator.config import DvfsConfig, MeasureConfig
     from orchestrator.devices.base import Device, MemoryInfo
 
@@ -133,21 +133,21 @@ def held_samples(reference_samples: int, output_bytes: int, budget_bytes: float,
     )
 
 
-def footprint(spec: KernelSpec, cfg: DvfsConfig, host: int, device_preset: str,
+def footprint(spec: KernelSpec, sized: Sized, cfg: DvfsConfig, host: int,
               free: int | None) -> Footprint:
-    """The footprint of ``spec`` on the device at ``device_preset`` (the preset it computes, or
-    the sim's ``sim_size``), its held samples bounded by the share of ``free``; ``host`` is what
-    the host needs for the preset it computes (:func:`host_bytes`, counted once by the caller)."""
+    """The footprint of ``spec`` on the device at ``sized`` (the preset it computes, or the sim's
+    ``sim_size``), its held samples bounded by the share of ``free``; ``host`` is what the host
+    needs for the preset it computes (:func:`host_bytes`, counted once by the caller)."""
     from kernels.cost import kernel_memory
 
-    dtype, m = cfg.workload.dtype, cfg.measure
-    itemsize = _itemsize(dtype)
-    mem = kernel_memory(spec, cfg.framework.name, device_preset, dtype, cfg.framework.precision)
+    m = cfg.measure
+    itemsize = _itemsize(sized.dtype)
+    mem = kernel_memory(spec, sized, cfg.framework.name, cfg.framework.precision)
     has_ref = spec.reference_fn is not None
     reference = mem.output // itemsize * 8 if has_ref else 0
     samples, _ = held_samples(m.reference_samples, mem.output, held_budget(free, m), m.repeats)
     held = (samples + 1) * m.repeats * mem.output
-    return Footprint(device_preset, mem.inputs, mem.output, mem.temporaries, reference, held,
+    return Footprint(sized.preset, mem.inputs, mem.output, mem.temporaries, reference, held,
                      host, mem.source, samples, mem.modelled)
 
 
@@ -161,20 +161,18 @@ many times its modelled float64 footprint: measured at the ``cpu`` preset (VmHWM
 BERT, 2.9x for ViT and 10x for ResNet-50 (0.57 GiB: its convolutions make im2col copies)."""
 
 
-def host_bytes(spec: KernelSpec, cfg: DvfsConfig, preset: str) -> int:
-    """Host memory a kernel at ``preset`` needs beyond the process: its inputs as drawn
+def host_bytes(spec: KernelSpec, sized: Sized) -> int:
+    """Host memory a kernel at ``sized`` needs beyond the process: its inputs as drawn
     (float64) and rounded, and the float64 reference with its working set (the factors
     above: measured, not modelled)."""
-    itemsize = _itemsize(cfg.workload.dtype)
-    # What the workload says of itself, read once: its arrays' elements, its float64 footprint.
-    sizes = [math.prod(int(n) for n in s) for s in spec.shapes_fn(spec.size(preset))]
-    modelled = spec.peak_bytes(preset, "float64") if spec.reference_fn is not None else None
+    itemsize = _itemsize(sized.dtype)
+    sizes = [math.prod(int(n) for n in s) for s in sized.shapes]
     elements = sum(sizes)
     drawn = elements * (8 + itemsize)
     if spec.reference_fn is None:
         return drawn
-    if modelled:
-        return int(drawn + MODEL_REFERENCE_FACTOR * modelled)
+    if sized.reference:  # its modelled footprint in float64
+        return int(drawn + MODEL_REFERENCE_FACTOR * sized.reference)
     largest = max(sizes, default=0)
     return int(KERNEL_REFERENCE_FACTOR * (elements * 8 + largest * 8))
 
@@ -209,29 +207,32 @@ def plan_trial(device: Device, spec: KernelSpec, cfg: DvfsConfig, preset: str | 
     free = None if info is None else info.free_bytes
     host = host_memory()
     if sim:  # the host computes a small problem; the board holds the one sim_size models
-        preset = spec.presets[0] if size == AUTO_SIZE else size
-        modelled = cfg.workload.sim_size or preset
-        host_need = host_bytes(spec, cfg, preset)
-        fp = footprint(spec, cfg, host_need, modelled, free)
-        _check(fp, device, info, host)
-        return Plan(preset, cfg.workload.sim_size or None, fp, free, _note(fp, size, info))
-    candidates = list(reversed(spec.presets)) if size == AUTO_SIZE else [size]
+        computed = spec.presets[0] if size == AUTO_SIZE else size
+        tries = [(computed, cfg.workload.sim_size or computed)]
+    else:  # the size asked, or for auto each, largest first: the first that fits
+        tries = [(p, p) for p in (reversed(spec.presets) if size == AUTO_SIZE else [size])]
     refusal = None
-    for preset in candidates:
-        host_need = host_bytes(spec, cfg, preset)  # no compile: a size the host cannot hold
-        if host is not None and host_need > (1 - MARGIN) * host.free_bytes:  # is skipped
-            refusal = refusal or OutOfMemory(
+    for preset, board in tries:
+        # The workload at the size the host computes and the one the board holds, asked once.
+        sized = spec.at(preset, cfg.workload.dtype)
+        on_board = sized if board == preset else spec.at(board, cfg.workload.dtype)
+        host_need = host_bytes(spec, sized)
+        if not sim and host is not None and host_need > (1 - MARGIN) * host.free_bytes:
+            refusal = refusal or OutOfMemory(  # skipped before any compile
                 f"{preset}: needs {gib(host_need)} GiB of host memory (the inputs and the "
                 f"float64 reference), {gib(host.free_bytes)} GiB available (a {MARGIN:.0%} "
                 "margin kept)")
             continue
-        fp = footprint(spec, cfg, host_need, preset, free)
+        fp = footprint(spec, on_board, cfg, host_need, free)
         try:
             _check(fp, device, info, host)
         except OutOfMemory as e:
+            if sim:  # its one size: refused as it is
+                raise
             refusal = refusal or e
             continue
-        return Plan(preset, None, fp, free, _note(fp, size, info))
+        return Plan(preset, (cfg.workload.sim_size or None) if sim else None, fp, free,
+                    _note(fp, size, info))
     if size == AUTO_SIZE:
         raise OutOfMemory(f"workload.size=auto: no size of {spec.name} fits; {refusal}")
     raise OutOfMemory(str(refusal))

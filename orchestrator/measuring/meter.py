@@ -50,11 +50,15 @@ from __future__ import annotations
 import statistics
 import threading
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from orchestrator.devices.base import ClockEventReason, Device, PowerSensing
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 MeterMethod = Literal["counter", "polling", "none"]
+T = TypeVar("T")
 COUNTER_MODULUS_MJ = 2**64
 COUNTER_WATCH_S = 0.002  # how often the background thread reads the energy counter (hardware)
 POLLS_PER_UPDATE = 4  # polling samples the power reading at least this often per update of it
@@ -394,3 +398,20 @@ class EnergyMeter:
             counter_period_s=period,
             power_reading=self._reading(),
         )
+
+
+def metered(device: Device, run: Callable[[EnergyMeter], T], *, method: str = "auto",
+            poll_hz: float = 20.0) -> tuple[T, Measurement]:
+    """What ``run(meter)`` returns, and its whole span measured by one meter of ``device``:
+    armed and opened before it, closed at ``device.now_s()`` once it returns, its reader stopped
+    whatever happens (a program's run: ``measuring.command``). A span with no counter edges to
+    wait for is metered in this one call; ``run`` is handed the meter for the sim's ``tick()``.
+    """
+    meter = EnergyMeter(device, method=method, poll_hz=poll_hz)
+    try:
+        meter.arm()
+        meter.start()
+        done = run(meter)
+        return done, meter.stop(end_s=device.now_s())
+    finally:
+        meter.close()

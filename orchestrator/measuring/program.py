@@ -312,16 +312,6 @@ def read_report(path: str | os.PathLike[str]) -> ProgramReport:
     return report
 
 
-# --- starting a program (the side of the trial or `dvfs monitor`) ---------------------------
-def program_argv(argv: Sequence[Any]) -> list[str]:
-    """The argv to run: ``python`` (or ``python3``) is the Python dvfs runs on, so the program
-    sees the same packages (the ``dvfs`` API among them)."""
-    args = [str(a) for a in argv]
-    if args and args[0] in ("python", "python3"):
-        args[0] = sys.executable
-    return args
-
-
 # --- the process: its GPUs and its open windows --------------------------------------------------
 def _backend_kind() -> str:
     kind = os.environ.get(DEVICE_ENV)

@@ -58,6 +58,26 @@ def test_a_fallback_is_never_kept_and_an_empty_cache_dir_keeps_nothing(disk, mon
     assert work_cache.cache_dir() is None and not disk.exists()
 
 
+def test_kept_analyses_once_and_keeps_no_fallback(disk):
+    """The disk is consulted in one place: a result is analysed once, then read back; a fallback
+    (``analytic``) is handed back but never kept, so the next process analyses again."""
+    options = ("gpu", "2d", "float32", "default", True, False)
+    calls = []
+
+    def analyse(source="xla_cost_analysis"):
+        calls.append(source)
+        return cost.CompiledWork(2.0, 3.0, 1, source)
+
+    first = work_cache.kept(STENCIL, "jax", options, cost.CompiledWork, analyse)
+    assert work_cache.kept(STENCIL, "jax", options, cost.CompiledWork, analyse) == first
+    assert calls == ["xla_cost_analysis"]
+    other = ("gpu", "1d", "float32", "default", True, False)
+    for _ in range(2):
+        work_cache.kept(STENCIL, "jax", other, cost.CompiledWork, lambda: analyse("analytic"))
+    assert calls == ["xla_cost_analysis", "analytic", "analytic"]
+    assert len(list(disk.glob("*.json"))) == 1
+
+
 def test_an_unreadable_file_is_analysed_again_and_written_anew(disk, monkeypatch):
     first = compiled_work(STENCIL, "jax", "gpu")
     (kept,) = disk.glob("*.json")
@@ -96,7 +116,7 @@ def test_the_key_changes_with_the_source_of_the_workloads_functions(tmp_path, mo
 def test_a_footprint_read_back_from_disk_is_still_xlas_memory_analysis(disk, monkeypatch):
     """The memory analysis comes from the same compile as the work: a worker that reads the work
     from disk sizes its trial from XLA's figures too, not from the estimate."""
-    first = cost.kernel_memory(STENCIL, "jax", "gpu")
+    first = cost.kernel_memory(STENCIL, STENCIL.at("gpu"), "jax")
     assert first.source == "xla_memory_analysis" and first.output > 0
     forget_and_forbid_analysis(monkeypatch)
-    assert cost.kernel_memory(STENCIL, "jax", "gpu") == first
+    assert cost.kernel_memory(STENCIL, STENCIL.at("gpu"), "jax") == first

@@ -193,6 +193,20 @@ def test_a_footprints_peak_is_its_total_else_the_sum_of_its_parts(example):
     assert example.peak_bytes("tiny") is None  # it gives no footprint
 
 
+def test_a_workload_at_a_size_is_read_once_with_its_shapes_and_modelled_memory(example):
+    """What a planner reads of a workload at one size (``KernelSpec.at``): its inputs' shapes,
+    its modelled peak in its dtype, and in float64 for its reference (None without one)."""
+    sized = dataclasses.replace(example, name="attention_sized",
+                                footprint_fn=lambda size, itemsize: {"total": 100 * itemsize})
+    at = sized.at("tiny", "float32")
+    assert (at.preset, at.dtype, at.size) == ("tiny", "float32", sized.size("tiny"))
+    assert at.shapes == tuple(sized.shapes_fn(sized.size("tiny")))
+    assert (at.modelled, at.reference) == (400, 800)  # float32, and the float64 reference
+    unreferenced = dataclasses.replace(sized, name="attention_unreferenced", reference_fn=None)
+    assert (unreferenced.at("tiny").modelled, unreferenced.at("tiny").reference) == (400, None)
+    assert (example.at("tiny").modelled, example.at("tiny").reference) == (None, None)
+
+
 def test_a_pytorch_only_workload_builds_there_and_its_work_comes_from_inductor():
     from kernels.selu import SPEC
 

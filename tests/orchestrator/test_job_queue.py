@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from support import sim_slot
 
-from orchestrator.launching.scheduling import JobQueue
+from orchestrator.launching.scheduling import JobQueue, gpus_at_once
 from orchestrator.launching.slot import Slot, selection_key
 
 ALL = selection_key(None)  # device.gpus unset: every GPU
@@ -113,3 +113,13 @@ def test_placement_every_strands_the_queue_of_a_retired_gpu_and_no_other():
         ("j0", [a], "not run: GPU retired (lost)"), ("j1", [a], "not run: GPU retired (lost)")]
     assert q.stranded([a, b]) == []  # taken off once
     assert q.take(b).name == "j0" and q.take(b).name == "j1"
+
+
+def test_a_batch_runs_on_as_many_gpus_at_once_as_its_widest_selection_allows():
+    """The estimate's GPUs: every GPU of the pool (its workers, joined or not) for a job that
+    selects none, else its selection's, never more than the pool's nor fewer than one."""
+    assert gpus_at_once([None, [0]], expected=4) == 4
+    assert gpus_at_once([[0, 1], [2]], expected=4) == 2
+    assert gpus_at_once([[0, 1, 2, 3, 4, 5]], expected=4) == 4
+    assert gpus_at_once([], expected=4) == 1
+    assert gpus_at_once([None], expected=0) == 1

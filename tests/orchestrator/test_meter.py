@@ -21,7 +21,7 @@ from orchestrator.devices.sim import nvml as sim
 from orchestrator.devices.sim.device import SimBackend
 from orchestrator.devices.sim.profile import load_profile
 from orchestrator.errors import DeviceError
-from orchestrator.measuring.meter import COUNTER_MODULUS_MJ, EnergyMeter
+from orchestrator.measuring.meter import COUNTER_MODULUS_MJ, EnergyMeter, metered
 
 PROFILE = load_profile("a100_sxm4_40gb")
 GEMM = KernelWork(flops=PROFILE.peak_fp32_tflops * 1e12 * 0.002, bytes_moved=1e6, peak="fp32",
@@ -250,6 +250,30 @@ def test_close_stops_the_thread_and_may_be_called_twice(machine):
     assert len(meter_threads()) == 1
     meter.close()
     meter.close()
+    assert meter_threads() == []
+
+
+def test_metered_measures_all_of_what_it_runs_and_closes_its_meter_whatever_happens(machine):
+    """One call meters a span: what ``run`` returns, and the counter's energy over all of it
+    (no edge to wait for: the span's own ends); its reader is stopped after a failure too."""
+    device = machine()
+    t0 = device.now_s()
+
+    def run(meter):
+        run_until(device, meter, 0.5)
+        return "ran"
+
+    done, m = metered(device, run, method="counter")
+    assert done == "ran" and m.method == "counter"
+    assert m.time_s == pytest.approx(device.now_s() - t0, abs=1e-3)
+    assert m.energy_j > 0 and m.counter_updates >= 3  # ~100 ms updates over 0.5 s
+
+    def fail(meter):
+        assert len(meter_threads()) == 1  # a hardware GPU's reader runs while it runs
+        raise RuntimeError("the program broke")
+
+    with pytest.raises(RuntimeError, match="the program broke"):
+        metered(machine(backend="nvml"), fail, method="polling")
     assert meter_threads() == []
 
 
