@@ -422,7 +422,7 @@ def measure_program(ctx: TrialContext, job: JobSpec, base: dict[str, Any],
     reference = _references.get(key)
     if reference is None and not job.request.is_default:
         with timed(phases, "compare"):  # at the device's own setting, before the trial's
-            reference = _references[key] = _as_reference(_run_once(ctx, job).run)
+            reference = _references[key] = _as_reference(_run_once(device, job.config).run)
     with timed(phases, "settings"):
         ctx.guard.apply(job.request)
         device.idle(job.config.measure.settle_s)
@@ -432,17 +432,18 @@ def measure_program(ctx: TrialContext, job: JobSpec, base: dict[str, Any],
         row = dict(base, repeat=repeat, started_at=time.time())
         rows.append(row)
         wall = time.perf_counter()
-        measured = _run_once(ctx, job)
+        measured = _run_once(device, job.config)
         row["phase_window_s"] = time.perf_counter() - wall
         if reference is None:  # the default setting: this run is the reference
             reference = _references[key] = _as_reference(measured.run)
         fill_program_row(row, measured, reference, job)
 
 
-def _run_once(ctx: TrialContext, job: JobSpec) -> _Measured:
-    """Run the program once, metered around it in one call of the meter (``meter.metered``);
-    on the sim, a program that never used the API is charged as busy for its wall time."""
-    device, cfg = ctx.device, job.config
+def _run_once(device: Device, cfg: DvfsConfig) -> _Measured:
+    """Run the program once on ``device`` as ``cfg`` says, metered around it in one call of the
+    meter (``meter.metered``); on the sim, a program that never used the API is charged as busy
+    for its wall time. A run needs the trial's device and config and nothing else of the trial
+    (not its guard, kernel cache or job), as :func:`_run_charged` within it."""
     m = cfg.measure
     start_c = float(device.temperature_c())
     (run, busy_s), whole = metered(device, lambda meter: _run_charged(device, cfg, meter),

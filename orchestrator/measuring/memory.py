@@ -37,6 +37,7 @@ started, and the row's ``footprint_note`` says so.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING
 from orchestrator.config import AUTO_SIZE
 
 if TYPE_CHECKING:
-    from kernels.spec import KernelSpec, Sized
+    from kernels.spec import KernelSpec, Peak, Sized, WorkCounts
     from orchestrator.config import DvfsConfig, MeasureConfig
     from orchestrator.devices.base import Device, MemoryInfo
 
@@ -93,15 +94,18 @@ def gib(n: float) -> str:
 
 @dataclass(frozen=True)
 class Plan:
-    """The trial's sizes and memory, decided before anything is set: the measurement builds the
-    kernel at ``preset``, charges the sim at ``sim_preset`` and models its memory from the
-    footprint, each read here once."""
+    """The trial's sizes, memory and work, decided before anything is set: the measurement
+    builds the kernel at ``preset``, charges the sim at ``sim_preset``, models its memory from
+    the footprint and counts its work from ``counts`` and ``peak``, each read here once."""
 
     preset: str  # the size the kernel computes (the one workload.size=auto chose)
     sim_preset: str | None  # the size the simulated GPU models and charges (workload.sim_size)
     footprint: Footprint  # at sim_preset where there is one, else at preset
     free: int | None  # the device's free bytes before the trial (None: it does not say)
     note: str  # for the row: the chosen size and the parts
+    counts: WorkCounts  # the workload's analytic counts of one call, at the footprint's size
+    peak: Peak  # its compute roof in the job's dtype, precision and framework
+    counts_s: float  # the seconds reading them took: the trial's build phase holds them
 
 
 def held_budget(free: int | None, m: MeasureConfig) -> float:
@@ -185,7 +189,8 @@ def _itemsize(dtype: str) -> int:
 
 def plan_trial(device: Device, spec: KernelSpec, cfg: DvfsConfig, preset: str | None = None,
                own_bytes: int = 0) -> Plan:
-    """The trial's plan: the preset the kernel computes, the one the sim models, the memory.
+    """The trial's plan: the preset the kernel computes, the one the sim models, the memory,
+    and the work the measurement counts at the size the device is charged (:func:`_work_at`).
 
     Args:
         device: the trial's device.
@@ -232,10 +237,24 @@ def plan_trial(device: Device, spec: KernelSpec, cfg: DvfsConfig, preset: str | 
             refusal = refusal or e
             continue
         return Plan(preset, (cfg.workload.sim_size or None) if sim else None, fp, free,
-                    _note(fp, size, info))
+                    _note(fp, size, info), *_work_at(spec, cfg, board))
     if size == AUTO_SIZE:
         raise OutOfMemory(f"workload.size=auto: no size of {spec.name} fits; {refusal}")
     raise OutOfMemory(str(refusal))
+
+
+def _work_at(spec: KernelSpec, cfg: DvfsConfig, board: str) -> tuple[WorkCounts, Peak, float]:
+    """The work the measurement counts per call at ``board``, the size the device is charged
+    (the sim's ``sim_size``, else the size computed): the workload's analytic counts there, its
+    compute roof, and the seconds reading them took. Read for the size chosen alone, once its
+    memory is known to fit (a workload without ``count_fn`` compiles to count: ``auto``
+    compiles no other size for them); the trial's build phase holds the seconds, as it did when
+    the measurement read them."""
+    dtype, fw = cfg.workload.dtype, cfg.framework
+    start = time.perf_counter()
+    peak = spec.peak(dtype, fw.precision, fw.name)
+    counts = spec.counts(board, dtype)
+    return counts, peak, time.perf_counter() - start
 
 
 def _check(fp: Footprint, device: Device, info: MemoryInfo | None,

@@ -291,16 +291,15 @@ def _measure(
     preset = plan.sim_preset or plan.preset  # the size the device is charged (sim) or ran
     # The analytic counts stay the useful work of a call (throughput, energy per TFLOP);
     # the compiled work is what the device is charged (on the sim) or what it ran. The
-    # workload's figures at that size are read once, here: its counts and roof (its modelled
-    # footprint, the plan's).
-    peak = spec.peak(cfg.workload.dtype, cfg.framework.precision, cfg.framework.name)
-    counts = spec.counts(preset=preset, dtype=cfg.workload.dtype)
-    work = _charged_work(kernel, (spec.name, counts, peak), preset, cfg, base)
+    # workload's figures at that size were read once, by the plan: its counts, roof and
+    # modelled footprint.
+    counts = plan.counts
+    work = _charged_work(kernel, (spec.name, counts, plan.peak), preset, cfg, base)
     in_use = plan.footprint.modelled or int(counts.bytes_moved)  # a kernel without a footprint
     memory = _memory_model(device, in_use, cfg) if plan.sim_preset else None
     getattr(kernel, "reset_peak_memory", lambda: None)()  # a stand-in kernel keeps no figures
     m = cfg.measure
-    phases["build"] = time.perf_counter() - wall
+    phases["build"] = plan.counts_s + time.perf_counter() - wall  # the counts: read by the plan
     if ctx.on_kernel_calls is not None:
         ctx.on_kernel_calls()
     with timed(phases, "steady"):  # leakage follows the die: start where measure says
@@ -361,7 +360,8 @@ def _charged_work(
 ) -> KernelWork:
     """The work each call is charged (recorded in ``base``): what the framework compiled at
     ``preset``; the analytic counts and one launch for a kernel that cannot say (a stand-in).
-    ``workload`` is its name, analytic counts and compute roof at ``preset``, read once."""
+    ``workload`` is its name, analytic counts and compute roof at ``preset``, read once (by the
+    plan: ``measuring.memory.Plan``)."""
     from kernels.cost import CompiledWork
 
     name, counts, peak = workload

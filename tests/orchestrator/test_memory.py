@@ -161,6 +161,21 @@ def test_auto_picks_the_largest_size_that_fits_and_says_so():
         plan_trial(_Device(0.00001), spec, cfg)
 
 
+def test_the_plan_reads_the_work_at_the_size_the_device_is_charged():
+    # Off the sim: the counts of the size auto chose; on the sim: those of sim_size, which the
+    # sim charges, while the host computes the smallest preset. Read once, for that size alone.
+    spec = get_spec("gemm")
+    cfg = compose(["workload=gemm", "workload.size=auto", "device.backend=cpu"])
+    plan = plan_trial(_Device(1.0), spec, cfg)
+    assert plan.preset == "cpu" and plan.counts == spec.counts("cpu", "float32")
+    assert plan.peak == spec.peak("float32", cfg.framework.precision, cfg.framework.name)
+    assert plan.counts_s >= 0.0
+    sim = compose(["workload=gemm", "workload.sim_size=gpu"])
+    plan = plan_trial(_Device(12, backend="sim"), spec, sim)
+    assert (plan.preset, plan.sim_preset) == ("tiny", "gpu")
+    assert plan.counts == spec.counts("gpu", "float32")
+
+
 def test_a_fixed_size_that_does_not_fit_is_refused_in_one_line():
     cfg = compose(["workload=gemm", "workload.size=gpu", "device.backend=cpu"])
     with pytest.raises(OutOfMemory) as e:
