@@ -394,7 +394,7 @@ def _signal_driver(run: ChaosRun, sig: int, ok: Callable[[dict[str, Any], Driver
     (os.killpg if group else os.kill)(d.pid, sig)
     exited = d.wait(120) is not None
     stop_s = round(time.monotonic() - t0, 2) if exited else None
-    ended = exited and d.proc.returncode == 0 and sig != signal.SIGKILL
+    ended = exited and d.proc.returncode == 0  # a SIGKILLed driver never exits 0
     if ended and not d.sweep.ledger()["lost"] and len(d.sweep.rows()) == stored:
         # Every job was stored before the signal and none after: it struck the driver's last
         # second (Ray shutting down, after the command's signal handling), not a running sweep.
