@@ -10,6 +10,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DVFS = [sys.executable, "-m", "orchestrator.cli"]
 
+# A trial as short as a test of the orchestration needs it (its row, status, GPU and times; not
+# a figure anyone reads): 0.1 virtual seconds of timed calls over a simulated energy counter that
+# updates every 10 ms (10 updates: a valid window at measure=quick's 4), then 4 checked calls.
+# measure=quick alone (0.5 s over the A100's 100 ms counter, then as many checked calls as timed)
+# costs each trial ~5x the host time in kernel calls: ~0.5 s of CPU. Tests of the window, the meter,
+# the checks and the sim's counters use the presets themselves. The simulated machine must be
+# made with the same counter period (``BRIEF_SIM``): its spec is compared when a sweep opens it.
+BRIEF_SIM = {"energy_update_period_s": 0.01}
+BRIEF_TRIAL = ("measure.window_s=0.1", "measure.check_iters=4",
+               f"device.energy_update_period_s={BRIEF_SIM['energy_update_period_s']}")
+
 
 def sim_slot(index: int, selections: set[str] | None = None, actor: object = None):
     """A pool slot for simulated GPU ``index`` (``GPU-<index>``), as its worker's identify makes

@@ -16,10 +16,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from support import BRIEF_SIM, BRIEF_TRIAL
 
 pytestmark = pytest.mark.slow
 
-BASE = ["device.count=4", "workload.size=tiny", "measure=quick", "quiet=true"]
+BASE = ["device.count=4", "workload.size=tiny", "measure=quick", "quiet=true", *BRIEF_TRIAL]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def sim4(tmp_path_factory):
     state = tmp_path_factory.mktemp("launch") / "sim"
     saved = os.environ.get("DVFS_SIM_STATE_DIR")
     os.environ["DVFS_SIM_STATE_DIR"] = str(state)
-    open_backend({"backend": "sim", "count": 4}).close()  # the machine every sweep here runs on
+    open_backend({"backend": "sim", "count": 4, **BRIEF_SIM}).close()  # the machine every sweep here runs on
     ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
     try:
         yield state
@@ -257,7 +258,10 @@ def test_an_interrupted_sweep_stops_each_running_trial_and_never_starts_the_queu
     from orchestrator.measuring.trial_trace import mark_closing
 
     journal = sim4 / "journal"
-    common = ("hydra.launcher.placement=every", "workload=selu,gemm", "seed=18")
+    # measure=quick's window and check run, not the brief ones: each trial's ~2,000 slowed calls
+    # are what would outlast the driver's wait
+    common = ("hydra.launcher.placement=every", "workload=selu,gemm", "seed=18",
+              "measure.window_s=0.5", "measure.check_iters=null")
     # every worker up and both kernels built first: the interrupt then finds selu running
     assert sweep(*common, "device.sm_clock_mhz=1140", f"hydra.sweep.dir={tmp_path / 'warm'}") == 0
     assert not list(journal.glob("*.trace"))
@@ -317,7 +321,7 @@ def test_a_grid_longer_than_a_chunk_streams_and_two_reruns_store_each_job_once(
     # 90 jobs: more than one chunk of the supervisor's stream (64) and of the no-op resume's.
     d = tmp_path / "stream"
     args = ("workload=selu", "device.sm_clock_mhz=range(1110,1411,75)", "seed=range(100,118,1)",
-            "measure.window_s=0.2", f"hydra.sweep.dir={d}")
+            f"hydra.sweep.dir={d}")
     assert sweep(*args) == 0
     rows = stored(d)
     assert len(rows) == len({r["trial_key"] for r in rows}) == 90
@@ -342,7 +346,7 @@ def test_a_fresh_pool_gives_every_gpu_work_and_its_rerun_measures_no_stored_tria
     from orchestrator.launching.pool import close_pool
 
     d = tmp_path / "joining"
-    common = ("workload=selu", "device.sm_clock_mhz=1110,1260", "measure.window_s=0.2",
+    common = ("workload=selu", "device.sm_clock_mhz=1110,1260",
               f"hydra.sweep.dir={d}")
     close_pool()
     assert sweep(*common, "seed=range(40,44)") == 0
@@ -586,7 +590,7 @@ def test_a_gpu_that_falls_off_the_bus_takes_no_further_trials_and_the_report_nam
             sim.simDeviceSetLost(sim.simDeviceGetHandleByUUID(gpu1), False)  # a reset, a reboot
         finally:
             sim.nvmlShutdown()
-    backend = open_backend({"backend": "sim", "count": 4})
+    backend = open_backend({"backend": "sim", "count": 4, **BRIEF_SIM})
     try:
         actions = restore_journal(
             Journal(journal_dir({"backend": "sim"})), lambda u: backend.device(uuid=u)
