@@ -29,6 +29,7 @@ the build, kept until then, or drawn again from the seed) and cached.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -76,6 +77,14 @@ def check_framework(spec: KernelSpec, framework: str) -> None:
         raise KernelOptionError(
             f"workload {spec.name!r} has no {framework} step; it has: {', '.join(spec.frameworks)}"
         )
+
+
+def _watch(array: Any) -> Callable[[], Any]:
+    """A weak reference to a device array (one that cannot be weakly referenced reads as held)."""
+    try:
+        return weakref.ref(array)
+    except TypeError:
+        return lambda: array
 
 
 class _JaxBackend:
@@ -459,15 +468,25 @@ class BuiltKernel:
         arrays = self._backend._args + (self._reference_on_device or ())
         return sum(int(self._backend.nbytes(a)) for a in arrays)
 
-    def release(self) -> None:
+    def release(self) -> int:
         """Give back this kernel's arrays: its inputs and reference on the device, and the host
         copies (inputs, float64 reference); the compiled functions stay. The next call puts the
         inputs back (drawn again from the seed) and the next comparison computes the reference
-        again, so a worker holds the arrays of one kernel at a time (``KernelCache``)."""
+        again, so a worker holds the arrays of one kernel at a time (``KernelCache``).
+
+        Returns:
+            How many of its device arrays outlived their references here: 0 when each went with
+            its last reference (JAX, TensorFlow and PyTorch free a buffer then); more when a
+            reference cycle or a caller still holds one, which only a collection frees.
+        """
+        arrays = (self._backend._args or ()) + (self._reference_on_device or ())
+        watched = [_watch(a) for a in arrays]
+        del arrays
         self._backend._args = None
         self._reference_on_device = None
         self._reference = None
         self._inputs = None
+        return sum(ref() is not None for ref in watched)
 
     def _resident(self) -> None:
         """Put the inputs back on the device after :meth:`release` (never inside a window:
@@ -526,6 +545,21 @@ class BuiltKernel:
     def call(self) -> np.ndarray:
         """Run one call and return its output as a NumPy array (in the kernel's dtype)."""
         return self.to_numpy(self.call_device())
+
+    @property
+    def computed_reference(self) -> np.ndarray | None:
+        """Its float64 reference if it is computed and held now (None: not yet, released, or the
+        workload has none); computes nothing."""
+        return self._reference
+
+    def share_reference(self, reference: np.ndarray) -> None:
+        """Take the float64 reference another kernel computed on the same inputs (equal
+        :meth:`~kernels.spec.KernelOptions.inputs_key`: another framework's or precision's
+        kernel of the same model), instead of computing it again: on the host, in float64, it
+        is a model's whole step (minutes for a GPU-sized one). The host copy of the inputs,
+        kept only to compute it, goes."""
+        if self.spec.reference_fn is not None and self._reference is None:
+            self._reference, self._inputs = reference, None
 
     def reference(self) -> np.ndarray | None:
         """The float64 NumPy reference on the same (dtype-rounded) inputs; computed once (None:

@@ -409,6 +409,14 @@ class KernelOptions:
             deterministic=not torch or bool(self.deterministic),
         )
 
+    def inputs_key(self) -> tuple[str, str, str | None, str, int]:
+        """What a kernel's inputs, and so its float64 reference, are made of: the workload at
+        its size (preset and variant), its dtype (the inputs are rounded to it) and its seed.
+        Not the framework, precision or compiler that computes on them: one model's kernels in
+        three frameworks share one reference (:meth:`kernels.cache.KernelCache.get`). Of
+        resolved options (:meth:`resolved` names the variant)."""
+        return (self.workload, self.preset, self.variant, self.dtype, int(self.seed))
+
 
 def make_sizes(**presets: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]]:
     """Build a ``sizes`` table, checking that every preset has the same variants in order."""

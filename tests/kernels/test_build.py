@@ -80,6 +80,65 @@ def test_the_cache_builds_each_kernel_once(frameworks):
     assert cache.builds == 6
 
 
+def test_one_models_kernels_in_other_frameworks_take_its_float64_reference_over(frameworks):
+    """The reference depends on the inputs (workload, size, dtype, seed), not on the framework
+    or precision that computes on them: it is computed once, moves to the kernel asked for next,
+    and goes from the one that computed it (released, as every other kernel's arrays)."""
+    cache = KernelCache()
+    jax_kernel = cache.get(KernelOptions("gemm", "jax", "tiny", seed=3))
+    reference = jax_kernel.reference()
+    tf_kernel = cache.get(KernelOptions("gemm", "tensorflow", "tiny", seed=3, precision="highest"))
+    assert tf_kernel.reference() is reference and tf_kernel.reference_builds == 0
+    assert not jax_kernel.resident and jax_kernel.computed_reference is None
+    errors = tf_kernel.compare([tf_kernel.call_device()])[0]
+    assert errors.rel_error < 1e-5  # its own output, against the reference it took over
+    back = cache.get(KernelOptions("gemm", "jax", "tiny", seed=3))  # and back again
+    assert back is jax_kernel and back.reference() is reference
+    assert jax_kernel.reference_builds == 1
+    other_seed = cache.get(KernelOptions("gemm", "tensorflow", "tiny", seed=4))
+    assert other_seed.reference() is not reference and other_seed.reference_builds == 1
+    assert not np.allclose(other_seed.reference(), reference)
+
+
+def test_released_arrays_go_with_their_last_reference_and_only_a_cycle_costs_a_collection(
+        frameworks, monkeypatch):
+    """A kernel's device arrays go as it lets them go: the cache makes no collection (a full
+    one takes ~0.1 s with the frameworks loaded, at every change of kernel). One that a
+    reference cycle still holds is counted, and the cache collects it."""
+    import gc
+    import weakref
+
+    collections = []
+    real_collect = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *a: collections.append(a) or real_collect(*a))
+    cache = KernelCache()
+    first = cache.get(KernelOptions("gemm", "jax", "tiny", seed=21))
+    first.compare([first.call_device()])  # its reference on the device too
+    arrays = [weakref.ref(a) for a in first._backend._args + first._reference_on_device]
+    cache.get(KernelOptions("selu", "jax", "tiny", seed=21))
+    assert not first.resident and [a() for a in arrays] == [None] * 4 and collections == []
+
+    first = cache.get(KernelOptions("gemm", "jax", "tiny", seed=21))
+    first.call_device()  # its inputs back
+    gc.disable()  # no automatic collection may free the cycle before the cache does
+    try:
+        cycle = [first._backend._args[0]]
+        cycle.append(cycle)
+        held = weakref.ref(first._backend._args[0])
+        del cycle
+        assert first.release() == 1 and held() is not None
+        first = cache.get(KernelOptions("gemm", "jax", "tiny", seed=21))
+        first.call_device()
+        cycle = [first._backend._args[0]]
+        cycle.append(cycle)
+        held = weakref.ref(first._backend._args[0])
+        del cycle
+        cache.get(KernelOptions("selu", "jax", "tiny", seed=21))
+        assert held() is None and len(collections) == 1
+    finally:
+        gc.enable()
+
+
 def test_equal_options_give_equal_cache_keys_and_the_kernel_keeps_its_key():
     key = KernelCache.key(KernelOptions("selu", "jax", "tiny"))
     assert key == KernelCache.key(KernelOptions("selu", "jax", "tiny", seed=0.0, xla=True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels import KernelOptions, build_kernel
+from kernels import KernelCache, KernelOptions, build_kernel
 from kernels.compare import host_errors, split_reference
 from kernels.registry import WORKLOADS
 from tests.kernels.kernel_testing import flip_bit
@@ -22,11 +22,20 @@ def test_the_split_reference_keeps_far_more_bits_than_float32():
     assert np.max(np.abs(hi.astype(np.float64) - ref) / np.abs(ref)) > 2.0**-30  # lo matters
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.fixture(scope="module")
+def cache():
+    """One kernel cache for the module, as a worker has: a model's kernels in the three
+    frameworks (consecutive tests) take over one float64 reference, computed once per model
+    (ResNet-50's at tiny: ~10 CPU-s)."""
+    return KernelCache()
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)  # the frameworks of one model run in turn
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
 @pytest.mark.slow
-def test_device_errors_match_the_host_float64_errors(frameworks, pytorch, workload, framework):
-    kernel = build_kernel(KernelOptions(workload, framework, preset="tiny"))
+def test_device_errors_match_the_host_float64_errors(frameworks, pytorch, cache, workload,
+                                                     framework):
+    kernel = cache.get(KernelOptions(workload, framework, preset="tiny"))
     out = kernel.call_device()
     host = host_errors(kernel.to_numpy(out), kernel.reference())
     before = kernel.bytes_to_host
