@@ -410,10 +410,28 @@ def _prod(shape: Iterable[int]) -> int:
     return total
 
 
+_output_cache: dict[tuple[object, ...], int] = {}
+
+
 def _output_bytes(spec: KernelSpec, sized: Sized, widths: tuple[int, int]) -> int:
     """One output's bytes from JAX's shape inference where JAX is there, else the largest
     input's (an elementwise or same-shape kernel's output); ``widths`` is (bytes per element,
-    all inputs' bytes), as the caller counted them."""
+    all inputs' bytes), as the caller counted them. Cached per workload, size and dtype in the
+    process: the memory plan asks at every TensorFlow and PyTorch trial, and tracing a model's
+    step (ResNet-50's, BERT's) takes a second or more each time."""
+    key = (spec.name, spec.jax_fn, sized.preset, sized.size, sized.shapes, sized.dtype, widths)
+    try:
+        hash(key)
+    except TypeError:  # a user's size that is not a tuple (a dict): traced each time
+        return _traced_output_bytes(spec, sized, widths)
+    with _lock:
+        found = _output_cache.get(key)
+        if found is None:
+            found = _output_cache[key] = _traced_output_bytes(spec, sized, widths)
+    return found
+
+
+def _traced_output_bytes(spec: KernelSpec, sized: Sized, widths: tuple[int, int]) -> int:
     itemsize, inputs = widths
     if spec.jax_fn is not None:
         try:

@@ -183,3 +183,24 @@ def test_launches_are_the_entry_computations_kernels():
     # fusion, reduce, custom-call; not the parameter, constant, bitcast, get-tuple-element, tuple,
     # nor the instructions of the fused computation.
     assert count_launches(HLO) == 3
+
+
+def test_a_steps_output_is_traced_once_however_many_plans_ask(frameworks, monkeypatch):
+    """The memory plan sizes a TensorFlow or PyTorch trial's output with JAX's shape inference
+    of the step (a second or more for ResNet-50's); it asks at every trial, and the step is
+    traced once per workload, size and dtype in the process."""
+    from kernels import cost
+
+    jax, _ = frameworks
+    traced = []
+    real = jax.eval_shape
+    monkeypatch.setattr(jax, "eval_shape", lambda *a, **k: traced.append(a) or real(*a, **k))
+    step = STENCIL.jax_fn
+    spec = dataclasses.replace(STENCIL, jax_fn=lambda size: step(size))  # new to this process
+    first = cost.kernel_memory(spec, spec.at("tiny"), "tensorflow")
+    assert first.source == "estimate" and first.output > 0
+    assert cost.kernel_memory(spec, spec.at("tiny"), "pytorch") == first
+    assert cost.kernel_memory(spec, spec.at("tiny"), "tensorflow") == first
+    assert len(traced) == 1
+    narrower = cost.kernel_memory(spec, spec.at("tiny", "bfloat16"), "tensorflow")
+    assert len(traced) == 2 and 2 * narrower.output == first.output
