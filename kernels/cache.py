@@ -37,6 +37,8 @@ class KernelCache:
         self._kernels: dict[KernelOptions, BuiltKernel] = {}
         self._lock = threading.Lock()
         self.builds = 0
+        # a float64 reference on its way to the next kernel of the same inputs (_keep_reference_for)
+        self._kept_reference: tuple[tuple[object, ...], np.ndarray] | None = None
 
     @staticmethod
     def key(options: KernelOptions) -> KernelOptions:
@@ -55,7 +57,6 @@ class KernelCache:
         (:func:`kernels.registry.build_kernel`); every other kernel's arrays are released
         first (:meth:`release_others`)."""
         key = self.key(options)
-        shared = self._reference_of_same_inputs(key)  # before its kernel is released
         self.release_others(key)
         with self._lock:
             kernel = self._kernels.get(key)
@@ -63,23 +64,29 @@ class KernelCache:
                 kernel = build_kernel(key)
                 self._kernels[key] = kernel
                 self.builds += 1
-            if shared is not None:
-                kernel.share_reference(shared)
+            kept, self._kept_reference = self._kept_reference, None
+            if kept is not None and kept[0] == key.inputs_key():
+                kernel.share_reference(kept[1])
             return kernel
 
-    def _reference_of_same_inputs(self, key: KernelOptions) -> np.ndarray | None:
-        """The float64 reference another kernel here computed on the inputs ``key``'s kernel
-        computes on (another framework's or precision's kernel of the same model and seed),
-        where ``key``'s own kernel holds none: it moves to that kernel (``get``), and the one
-        that computed it is released as any other, so a worker still holds one reference."""
-        with self._lock:
-            own = self._kernels.get(key)
-            if own is not None and own.computed_reference is not None:
-                return None
-            inputs = key.inputs_key()
-            return next((k.computed_reference for k in self._kernels.values()
-                         if k.computed_reference is not None
-                         and k.options.inputs_key() == inputs), None)
+    def _keep_reference_for(self, key: KernelOptions) -> None:
+        """Before the other kernels are released: keep the float64 reference one of them
+        computed on the inputs ``key``'s kernel computes on (another framework's or precision's
+        kernel of the same model and seed), where ``key``'s own holds none, for :meth:`get` to
+        hand over. It replaces the one that computed it, so a worker still holds one
+        reference; one kept for other inputs goes. Called under the lock."""
+        inputs = key.inputs_key()
+        own = self._kernels.get(key)
+        if own is not None and own.computed_reference is not None:
+            self._kept_reference = None
+            return
+        found = next((k.computed_reference for k in self._kernels.values()
+                      if k.computed_reference is not None and k.options.inputs_key() == inputs),
+                     None)
+        if found is not None:
+            self._kept_reference = (inputs, found)
+        elif self._kept_reference is not None and self._kept_reference[0] != inputs:
+            self._kept_reference = None
 
     def release_others(self, options: KernelOptions | None) -> int:
         """Release the arrays of every kernel but the one of ``options`` (None: all of them),
@@ -89,6 +96,10 @@ class KernelCache:
         key = None if options is None else self.key(options)
         released = held = 0
         with self._lock:
+            if key is None:
+                self._kept_reference = None
+            else:
+                self._keep_reference_for(key)
             for k, kernel in self._kernels.items():
                 if k != key and kernel.resident:
                     held += kernel.release()
