@@ -8,7 +8,7 @@ import subprocess
 import time
 
 import pytest
-from support import DVFS
+from support import BRIEF_TRIAL, DVFS
 
 from orchestrator.results.store import ResultStore
 
@@ -45,12 +45,13 @@ def test_a_plain_sweep_runs_one_trial_and_prints_a_summary(tmp_path):
 @pytest.mark.slow
 def test_on_the_sim_a_trial_computes_the_tiny_preset_unless_told_and_says_so(tmp_path):
     # No workload.size: the sim computes tiny (its figures come from sim_size, the gpu preset).
-    out = dvfs(tmp_path, "sweep", "measure=quick", "measure.settle_s=0",
+    # Brief trials: a gemm of the cpu preset computes for real at each call of the window.
+    out = dvfs(tmp_path, "sweep", "measure=quick", "measure.settle_s=0", *BRIEF_TRIAL,
                f"hydra.run.dir={tmp_path / 'run'}")
     assert out.returncode == 0, out.stderr
     assert "size tiny computed, gpu modelled" in out.stdout
-    told = dvfs(tmp_path, "sweep", "measure=quick", "measure.settle_s=0", "workload.size=cpu",
-                f"hydra.run.dir={tmp_path / 'told'}")
+    told = dvfs(tmp_path, "sweep", "measure=quick", "measure.settle_s=0", *BRIEF_TRIAL,
+                "workload.size=cpu", f"hydra.run.dir={tmp_path / 'told'}")
     assert told.returncode == 0, told.stderr
     assert "size cpu computed, gpu modelled" in told.stdout
     for run, size in (("run", "tiny"), ("told", "cpu")):

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = "examples.attention:make_workload"
-QUICK = ["measure=quick", "measure.settle_s=0", "quiet=true", "hydra.launcher.progress=false"]
+QUICK_BASIC = ["measure=quick", "measure.settle_s=0", "quiet=true"]
+QUICK = [*QUICK_BASIC, "hydra.launcher.progress=false"]  # the Ray launcher's progress line off
 
 
 def dvfs(tmp_path, *args, env=None, timeout=600):
@@ -135,9 +136,10 @@ def test_a_users_workload_runs_on_the_cpu_device_too(tmp_path):
     (tmp_path / "powercap").mkdir()
     d = tmp_path / "cpu"
     out = dvfs(tmp_path, "sweep", "-m", "device=cpu",
+               "hydra/launcher=basic",  # in this process: the tests above run one through Ray
                f"device.powercap_root={tmp_path / 'powercap'}",
                f"device.journal_dir={tmp_path / 'journal'}", "workload=custom",
-               f"workload.target={TARGET}", "framework=jax,tensorflow", *QUICK,
+               f"workload.target={TARGET}", "framework=jax,tensorflow", *QUICK_BASIC,
                "workload.size=tiny",  # device=cpu computes its cpu preset unless told
                f"hydra.sweep.dir={d}", env={"DVFS_WORKLOAD_PATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
