@@ -34,7 +34,8 @@ def sim4(tmp_path_factory):
     state = tmp_path_factory.mktemp("launch") / "sim"
     saved = os.environ.get("DVFS_SIM_STATE_DIR")
     os.environ["DVFS_SIM_STATE_DIR"] = str(state)
-    open_backend({"backend": "sim", "count": 4, **BRIEF_SIM}).close()  # the machine every sweep here runs on
+    # the machine every sweep here runs on
+    open_backend({"backend": "sim", "count": 4, **BRIEF_SIM}).close()
     ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
     try:
         yield state
