@@ -21,6 +21,9 @@ from support import BRIEF_SIM, BRIEF_TRIAL
 pytestmark = pytest.mark.slow
 
 BASE = ["device.count=4", "workload.size=tiny", "measure=quick", "quiet=true", *BRIEF_TRIAL]
+# measure=quick's own window and check run, for the tests whose assertion needs trials that last:
+# one that overlaps another, a call sent while one runs, slowed calls that outlast a wait
+QUICK_TRIAL = ("measure.window_s=0.5", "measure.check_iters=null")
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +180,7 @@ def test_a_busy_gpu_is_sent_its_next_trial_to_start_as_the_last_returns(
     rc = sweep(
         "hydra.launcher.placement=every",
         f"hydra.launcher.queue_ahead={str(queue_ahead).lower()}",
+        *QUICK_TRIAL,
         "workload=selu",
         "device.sm_clock_mhz=1110,1185,1260",
         "seed=16",
@@ -259,10 +263,8 @@ def test_an_interrupted_sweep_stops_each_running_trial_and_never_starts_the_queu
     from orchestrator.measuring.trial_trace import mark_closing
 
     journal = sim4 / "journal"
-    # measure=quick's window and check run, not the brief ones: each trial's ~2,000 slowed calls
-    # are what would outlast the driver's wait
-    common = ("hydra.launcher.placement=every", "workload=selu,gemm", "seed=18",
-              "measure.window_s=0.5", "measure.check_iters=null")
+    # each trial's ~2,000 slowed calls are what would outlast the driver's wait
+    common = ("hydra.launcher.placement=every", "workload=selu,gemm", "seed=18", *QUICK_TRIAL)
     # every worker up and both kernels built first: the interrupt then finds selu running
     assert sweep(*common, "device.sm_clock_mhz=1140", f"hydra.sweep.dir={tmp_path / 'warm'}") == 0
     assert not list(journal.glob("*.trace"))
@@ -507,6 +509,7 @@ def test_jobs_pinned_to_different_gpus_share_one_batch_and_run_only_there(sim4, 
         f"device.gpus=[0],[{by_pci[2]}]",  # by NVML index and by UUID
         "device.sm_clock_mhz=1005,1110,1215,1410",
         "measure.settle_s=0.5",
+        *QUICK_TRIAL,
         "seed=17",
         f"hydra.sweep.dir={d}",
     )
