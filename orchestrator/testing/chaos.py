@@ -395,12 +395,18 @@ def _signal_driver(run: ChaosRun, sig: int, ok: Callable[[dict[str, Any], Driver
     exited = d.wait(120) is not None
     stop_s = round(time.monotonic() - t0, 2) if exited else None
     ended = exited and d.proc.returncode == 0  # a SIGKILLed driver never exits 0
-    if ended and not d.sweep.ledger()["lost"] and len(d.sweep.rows()) == stored:
-        # Every job was stored before the signal and none after: it struck the driver's last
-        # second (Ray shutting down, after the command's signal handling), not a running sweep.
+    ledger = d.sweep.ledger()
+    # jobs with no row at all: a sweep stopped midway leaves them (its stopped and queued trials
+    # are not stored); one that ended has a row for each, `not_measured` for a job stranded on a
+    # GPU retired before it (gpu_lost), which a resume measures
+    unrowed = set(ledger["lost"]) - set(ledger["not_measured_open"])
+    if ended and not unrowed and len(d.sweep.rows()) == stored:
+        # Every job had its row before the signal and none came after: it struck the driver's
+        # last second (Ray shutting down, after the command's signal handling), not a running
+        # sweep.
         run.recover(d, pids)
         return {"missed": f"the sweep ended as the signal came (exit 0 after {stop_s} s, "
-                          "every job stored before it)"}
+                          "every job's row stored before it)"}
     rec = {**run.recover(d, pids), "stop_s": stop_s}
     return {"target": f"driver pid {d.pid}{' and its group' if group else ''}", **rec,
             "ok": ok(rec, d)}
