@@ -397,8 +397,9 @@ def _signal_driver(run: ChaosRun, sig: int, ok: Callable[[dict[str, Any], Driver
     ended = exited and d.proc.returncode == 0  # a SIGKILLed driver never exits 0
     ledger = d.sweep.ledger()
     # jobs with no row at all: a sweep stopped midway leaves them (its stopped and queued trials
-    # are not stored); one that ended has a row for each, `not_measured` for a job stranded on a
-    # GPU retired before it (gpu_lost), which a resume measures
+    # are not stored); one that ended has a row for each, `not_measured` for a job an earlier
+    # fault left unmeasured (its worker killed before the trial's kernel calls, its GPU retired),
+    # which a resume measures
     unrowed = set(ledger["lost"]) - set(ledger["not_measured_open"])
     if ended and not unrowed and len(d.sweep.rows()) == stored:
         # Every job had its row before the signal and none came after: it struck the driver's
