@@ -401,7 +401,7 @@ def _signal_driver(run: ChaosRun, sig: int, ok: Callable[[dict[str, Any], Driver
     # fault left unmeasured (its worker killed before the trial's kernel calls, its GPU retired),
     # which a resume measures
     unrowed = set(ledger["lost"]) - set(ledger["not_measured_open"])
-    if ended and not unrowed and len(d.sweep.rows()) == stored:
+    if ended and not unrowed and len(ledger["rows"]) == stored:
         # Every job had its row before the signal and none came after: it struck the driver's
         # last second (Ray shutting down, after the command's signal handling), not a running
         # sweep.

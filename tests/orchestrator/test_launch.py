@@ -349,8 +349,7 @@ def test_a_fresh_pool_gives_every_gpu_work_and_its_rerun_measures_no_stored_tria
     from orchestrator.launching.pool import close_pool
 
     d = tmp_path / "joining"
-    common = ("workload=selu", "device.sm_clock_mhz=1110,1260",
-              f"hydra.sweep.dir={d}")
+    common = ("workload=selu", "device.sm_clock_mhz=1110,1260", f"hydra.sweep.dir={d}")
     close_pool()
     assert sweep(*common, "seed=range(40,44)") == 0
     rows = stored(d)
