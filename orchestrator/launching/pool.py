@@ -290,7 +290,6 @@ class GpuPool:
             "num_gpus": 0 if tpu else 1,
             "num_cpus": self.settings.num_cpus,
             "max_restarts": 0,  # the supervisor replaces workers itself, and records why
-            "runtime_env": {"env_vars": self._worker_env()},
         }
         if self.settings.resources or tpu:
             options["resources"] = {**({"TPU": 1} if tpu else {}),
@@ -301,7 +300,7 @@ class GpuPool:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
                 node_id=node_id, soft=False
             )
-        return self._actor_cls.options(**options).remote(self.device)
+        return self._actor_cls.options(**options).remote(self.device, env=self._worker_env())
 
     def node_alive(self, node_id: str | None) -> bool:
         """Whether Ray still counts the node alive (a worker on a lost node died with it)."""

@@ -77,11 +77,21 @@ class GpuWorker:
         device_cfg: the sweep's ``device`` config (a plain mapping, as the driver sends it, is
             typed here: ``devices.mapping.node_device_config``).
         ray_gpu_id: which GPU; default: the one Ray assigned (``ray.get_gpu_ids()``).
+        env: variables this process must have before anything reads them (the driver's
+            ``pool.GpuPool.worker_env``: ``WORKER_ENV``, where the sim and journal are), set over
+            what the process inherited. The driver sends them here rather than as Ray's
+            ``runtime_env``: an actor with a runtime env starts through Ray's ``setup_worker.py``,
+            a second Python start that imports Ray twice (0.8 CPU-s an actor, and half of a
+            pool's start: ``scripts/bench_pool_start.py``), and cannot take the idle worker Ray
+            has already started. Without ``env`` (a worker made in-process), ``WORKER_ENV``
+            fills only what is unset.
     """
 
     def __init__(
-        self, device_cfg: DeviceConfig | Mapping[str, Any], ray_gpu_id: str | int | None = None
+        self, device_cfg: DeviceConfig | Mapping[str, Any], ray_gpu_id: str | int | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        os.environ.update(env or {})
         for key, value in WORKER_ENV.items():
             os.environ.setdefault(key, value)
         from orchestrator.devices import open_backend
