@@ -11,17 +11,19 @@ instance with that many logical GPUs, started together and ended before the next
 - ``bare, env as runtime_env``: the same actor given the same variables as Ray's
   ``runtime_env={"env_vars": ...}``, which the launcher used before: such a worker starts
   through Ray's ``setup_worker.py``, a second Python start that imports Ray before it execs the
-  worker, and never takes one of the idle workers Ray started ahead.
+  worker.
 
-The ways take turns within each round, each first in turn (Ray keeps idle workers started
-ahead, which the way that comes first takes). Figures, per way: ``ready_s``, from the first
-``.remote()`` of a round until every actor has answered (median over rounds); ``actor cpu_s``,
-the CPU time each actor's process used up to then (``/proc/<pid>/stat``, user + system; a
+Ray is started as the launcher starts a local instance: with no idle workers started ahead
+(``pool.PRESTART_ENV``), so every actor of every way starts a process of its own.
+
+The ways take turns within each round, each first in turn. Figures, per way: ``ready_s``, from the
+first ``.remote()`` of a round until every actor has answered (median over rounds); ``actor
+cpu_s``, the CPU time each actor's process used up to then (``/proc/<pid>/stat``, user + system; a
 process ``exec``\\ s in place, so a runtime env's ``setup_worker.py`` counts in the worker it
 becomes); ``Ray cpu_s``, what Ray's own processes (raylet, GCS, agents) used meanwhile, per actor
-(the runtime env agent works for every actor with a runtime env); ``total``, the two. The last
-line is the ratio of the two bare ways. Nothing of the package is replaced: ``pool`` is the
-class a sweep uses.
+(the runtime env agent works for every actor with a runtime env); ``total``, the two. The last line
+is the ratio of the two bare ways. Nothing of the package is replaced: ``pool`` is the class a
+sweep uses.
 
 Run: ``.venv/bin/python scripts/bench_pool_start.py`` (about a minute on 2 cores); ``--gpus``,
 ``--rounds`` (default 6).
@@ -121,11 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     import ray
 
     from orchestrator.devices import open_backend
+    from orchestrator.launching.pool import PRESTART_ENV
 
     with tempfile.TemporaryDirectory(prefix="dvfs-bench-pool-") as tmp:
         state = Path(tmp) / "sim"
         os.environ["DVFS_SIM_STATE_DIR"] = str(state)
         open_backend({"backend": "sim", "count": args.gpus}).close()
+        os.environ[PRESTART_ENV] = "0"  # as the launcher's own local instance
         ray.init(num_cpus=2, num_gpus=args.gpus, include_dashboard=False, log_to_driver=False)
         try:
             ways = {

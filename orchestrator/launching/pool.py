@@ -364,10 +364,10 @@ class GpuPool:
         machine with two busy loops, a 25-minute test sweep ran at 6 % CPU and timed out.
         (Cluster nodes are started by ``ray start``: docs/cluster.md says to set it there.)
 
-        Nor does a local instance start a worker per CPU when the driver connects: Ray's prestarted
-        workers run tasks without a runtime environment, and every GPU worker here has one (its
-        sim and journal variables), so they would only idle, each a Python process of ~100 MiB
-        (128 of them on a 128-core node) and, on 2 cores, ~2 CPU-seconds of each sweep's start.
+        Nor does a local instance start a worker per CPU when the driver connects: a sweep's
+        only Ray workers are its GPUs' (one each), so the prestarted ones would mostly idle, each
+        a Python process of ~100 MiB (128 of them on a 128-core node) and, on 2 cores, ~2
+        CPU-seconds of each sweep's start.
         """
         wanted = (
             {LOCAL_ONLY_ENV: "0", NICENESS_ENV: "0", PRESTART_ENV: "0"}

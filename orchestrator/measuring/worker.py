@@ -81,10 +81,9 @@ class GpuWorker:
             ``pool.GpuPool.worker_env``: ``WORKER_ENV``, where the sim and journal are), set over
             what the process inherited. The driver sends them here rather than as Ray's
             ``runtime_env``: an actor with a runtime env starts through Ray's ``setup_worker.py``,
-            a second Python start that imports Ray twice (0.8 CPU-s an actor, and half of a
-            pool's start: ``scripts/bench_pool_start.py``), and cannot take the idle worker Ray
-            has already started. Without ``env`` (a worker made in-process), ``WORKER_ENV``
-            fills only what is unset.
+            a second Python start that imports Ray before the worker's own
+            (``scripts/bench_pool_start.py`` measures what it adds to each worker's start).
+            Without ``env`` (a worker made in-process), ``WORKER_ENV`` fills only what is unset.
     """
 
     def __init__(
