@@ -130,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["DVFS_SIM_STATE_DIR"] = str(state)
         open_backend({"backend": "sim", "count": args.gpus}).close()
         os.environ[PRESTART_ENV] = "0"  # as the launcher's own local instance
-        ray.init(num_cpus=2, num_gpus=args.gpus, include_dashboard=False, log_to_driver=False)
+        # its own instance, even where `ray start` left a cluster running on this machine
+        ray.init(address="local", num_cpus=2, num_gpus=args.gpus, include_dashboard=False,
+                 log_to_driver=False)
         try:
             ways = {
                 "pool": lambda: pool_round(args.gpus, state),
