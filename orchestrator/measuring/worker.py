@@ -78,7 +78,7 @@ class GpuWorker:
             typed here: ``devices.mapping.node_device_config``).
         ray_gpu_id: which GPU; default: the one Ray assigned (``ray.get_gpu_ids()``).
         env: variables this process must have before anything reads them (the driver's
-            ``pool.GpuPool.worker_env``: ``WORKER_ENV``, where the sim and journal are), set over
+            ``pool.GpuPool._worker_env``: ``WORKER_ENV``, where the sim and journal are), set over
             what the process inherited. The driver sends them here rather than as Ray's
             ``runtime_env``: an actor with a runtime env starts through Ray's ``setup_worker.py``,
             a second Python start that imports Ray before the worker's own
