@@ -61,22 +61,24 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def ray_daemons_cpu_s() -> float:
-    """CPU seconds Ray's own processes under this one (raylet, GCS, agents; no workers) used."""
-    me, total = str(os.getpid()), 0.0
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            stat = (proc / "stat").read_text()
-            cmd = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = stat.rsplit(")", 1)[1].split()[1]
-        if b"default_worker" not in cmd and b"setup_worker" not in cmd and (
-                ppid == me or b"ray" in cmd and b"session_" in cmd):
-            total += cpu_s(int(proc.name))
-    return total
+def ray_daemons_cpu_s() -> dict[int, float]:
+    """CPU seconds of each of Ray's own processes below this one (raylet, GCS, agents; no
+    workers)."""
+    from orchestrator.testing.chaos_watch import cmdline, descendants
+
+    used = {}
+    for pid in descendants(os.getpid()):
+        if "default_worker" not in cmdline(pid) and "setup_worker" not in cmdline(pid):
+            try:
+                used[pid] = cpu_s(pid)
+            except OSError:  # ended meanwhile
+                pass
+    return used
+
+
+def cpu_since(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two ``ray_daemons_cpu_s`` (a process new since counts whole)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
 def bare_round(gpus: int, runtime_env: bool) -> tuple[float, list[float]]:
@@ -130,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["DVFS_SIM_STATE_DIR"] = str(state)
         open_backend({"backend": "sim", "count": args.gpus}).close()
         os.environ[PRESTART_ENV] = "0"  # as the launcher's own local instance
-        # its own instance, even where `ray start` left a cluster running on this machine
+        # its own instance, even where RAY_ADDRESS (as a process that ran Ray leaves it) names one
         ray.init(address="local", num_cpus=2, num_gpus=args.gpus, include_dashboard=False,
                  log_to_driver=False)
         try:
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                     readies, actor_cpus, daemon_cpus = samples[name]
                     readies.append(ready)
                     actor_cpus.extend(cpus)
-                    daemon_cpus.append((ray_daemons_cpu_s() - before) / args.gpus)
+                    daemon_cpus.append(cpu_since(before, ray_daemons_cpu_s()) / args.gpus)
             print(f"{args.gpus} actors a round, {args.rounds} rounds, local Ray, "
                   f"{os.cpu_count()} cores")
             print(f"{'way':<26} {'ready_s':>8} {'actor cpu_s':>12} {'Ray cpu_s':>10} {'total':>6}")
