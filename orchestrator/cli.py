@@ -126,7 +126,13 @@ def _sweep(rest: list[str]) -> int:
     if "--yes" in rest:  # a sweep longer than hydra.sweeper.max_hours is meant
         rest = [a for a in rest if a != "--yes"]
         os.environ[YES_ENV] = "1"
-    return run_sweep(rest)
+    try:
+        return run_sweep(rest)
+    finally:
+        if "orchestrator.launching.pool" in sys.modules:  # a sweep on Ray: end it here, not at exit
+            from orchestrator.launching.pool import end_pool_and_ray
+
+            end_pool_and_ray()
 
 
 # --- devices ----------------------------------------------------------------------------------

@@ -527,6 +527,24 @@ def get_pool(
     return _pool
 
 
+def end_pool_and_ray() -> None:
+    """End the process's pool of workers, then its Ray (a local instance it started stops), as
+    ``dvfs sweep`` ends and while its signal handling still holds.
+
+    Left to the exit handlers, both ran after the command's signal handling: a Ctrl-C in the
+    seconds after the sweep's summary (each worker putting its GPU back, Ray stopping) broke off
+    the close with a traceback ("Exception ignored in atexit callback"), Ray's shutdown then ended
+    the workers instead (their own handlers put the GPUs back, unwaited for), and the process
+    exited 0. Here a signal waits for the close to end (``interrupt.deferred``), then stops the
+    command as any other: its one line, 130 or 143.
+    """
+    with interrupt.deferred():
+        close_pool()
+        ray = sys.modules.get("ray")  # not imported: no pool was started, nothing to stop
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
+
+
 def close_pool() -> None:
     """End the process's pool of workers (also runs at exit)."""
     global _pool

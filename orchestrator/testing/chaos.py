@@ -381,6 +381,26 @@ def last_line(text: str) -> str:
 
 
 # --- the faults -------------------------------------------------------------------------------
+# The launcher's last line when its sweep ran to its end, and the CLI's line for a stopped one.
+SUMMARY = "; report: dvfs report "
+STOP_LINES = ("interrupted (Ctrl-C)", "terminated (SIGTERM)")
+
+
+def had_ended(rc: int | None, sig: int, stderr: str) -> bool:
+    """Whether a driver sent ``sig`` had already ended its command: it exited 0, or it died of
+    ``sig`` itself after its summary and without a stop line.
+
+    The second is Python's own exit: once the command has closed its workers and Ray and put
+    back the handlers it had replaced, the interpreter restores the default ones
+    (``_PySignal_Fini``) while it tears down Ray's and JAX's modules, for about 0.4 s here, and a
+    signal then ends the process as it ends any program, with nothing left to stop (seen in CI:
+    a Ctrl-C 0.0 s before the exit, `-2`). A driver stopped mid-sweep has said no summary.
+    """
+    if rc == 0:
+        return True
+    return rc == -sig and SUMMARY in stderr and not any(line in stderr for line in STOP_LINES)
+
+
 def _signal_driver(run: ChaosRun, sig: int, ok: Callable[[dict[str, Any], Driver], bool],
                    group: bool = False) -> dict[str, Any]:
     """Send ``sig`` to the driver (``group``: to its process group, as a terminal's Ctrl-C),
@@ -394,7 +414,8 @@ def _signal_driver(run: ChaosRun, sig: int, ok: Callable[[dict[str, Any], Driver
     (os.killpg if group else os.kill)(d.pid, sig)
     exited = d.wait(120) is not None
     stop_s = round(time.monotonic() - t0, 2) if exited else None
-    ended = exited and d.proc.returncode == 0  # a SIGKILLed driver never exits 0
+    rc = d.proc.returncode if exited else None
+    ended = had_ended(rc, sig, d.stderr())
     ledger = d.sweep.ledger()
     # jobs with no row at all: a sweep stopped midway leaves them (its stopped and queued trials
     # are not stored); one that ended has a row for each, `not_measured` for a job an earlier
@@ -403,10 +424,10 @@ def _signal_driver(run: ChaosRun, sig: int, ok: Callable[[dict[str, Any], Driver
     unrowed = set(ledger["lost"]) - set(ledger["not_measured_open"])
     if ended and not unrowed and len(ledger["rows"]) == stored:
         # Every job had its row before the signal and none came after: it struck the driver's
-        # last second (Ray shutting down, after the command's signal handling), not a running
-        # sweep.
+        # last second (Ray shutting down, Python exiting, after the command's signal
+        # handling), not a running sweep.
         run.recover(d, pids)
-        return {"missed": f"the sweep ended as the signal came (exit 0 after {stop_s} s, "
+        return {"missed": f"the sweep ended as the signal came (exit {rc} after {stop_s} s, "
                           "every job's row stored before it)"}
     rec = {**run.recover(d, pids), "stop_s": stop_s}
     return {"target": f"driver pid {d.pid}{' and its group' if group else ''}", **rec,

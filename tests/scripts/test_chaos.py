@@ -211,3 +211,26 @@ def test_a_second_sweep_into_the_same_directory_is_refused_and_another_one_queue
             1 for f in chaos["faults"] if f["kind"] in ("kernel_hang", "kernel_crash", "gpu_lost")
         ), s["statuses"]
     assert chaos["totals"]["overlapping_trials"] == 0  # the two sweeps queued per GPU
+
+
+def test_a_signal_that_lands_in_the_drivers_own_exit_is_a_miss_struck_again():
+    """A signal in the driver's last moments (after its command closed its workers and Ray, while
+    Python tears its modules down with the default handlers back) kills it as it kills any
+    program: nothing was left to stop, so the fault struck nothing and is struck again. A driver
+    that dies of the signal mid-sweep (no summary said) is judged, and fails."""
+    import signal
+
+    from orchestrator.testing.chaos import had_ended
+
+    said = ("ray_gpus: starting 2 worker(s), one per GPU\n"
+            "ray_gpus: 9 trial(s) on 2 GPU(s) in 20.1 s (9 ok); results in d; "
+            "report: dvfs report d\n")
+    stopped = said + "dvfs sweep: interrupted (Ctrl-C); the trials in flight were stopped\n"
+    assert had_ended(0, signal.SIGINT, "")
+    assert had_ended(-signal.SIGINT, signal.SIGINT, said)
+    assert had_ended(-signal.SIGTERM, signal.SIGTERM, said)
+    assert not had_ended(-signal.SIGINT, signal.SIGINT, said.splitlines()[0])  # mid-sweep
+    assert not had_ended(130, signal.SIGINT, stopped)  # it handled the signal: judged
+    assert not had_ended(-signal.SIGINT, signal.SIGINT, stopped)
+    assert not had_ended(-signal.SIGKILL, signal.SIGINT, said)  # not the signal it was sent
+    assert not had_ended(None, signal.SIGINT, said)  # still running
