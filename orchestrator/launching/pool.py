@@ -21,7 +21,9 @@ supervisor calls these, and never edits a slot's fields or the table of calls in
 
 **Lifetime.** A process keeps one pool for every batch of a sweep (``get_pool``); a later batch
 that names a GPU the pool left out restarts it. Calls in flight belong to the pool, not to a
-batch. A local Ray started here ends with the pool (``close_pool``). Ray is imported lazily.
+batch. ``dvfs sweep`` ends the pool and its Ray as its command ends (``end_pool_and_ray``); a
+sweep run in-process (a test's, a notebook's) keeps them for the next one, and a local Ray started
+here ends with the pool at exit (``close_pool``). Ray is imported lazily.
 """
 
 from __future__ import annotations
@@ -542,7 +544,10 @@ def end_pool_and_ray() -> None:
         close_pool()
         ray = sys.modules.get("ray")  # not imported: no pool was started, nothing to stop
         if ray is not None and ray.is_initialized():
-            ray.shutdown()
+            try:
+                ray.shutdown()
+            except Exception as e:  # noqa: BLE001 - as at exit: the command's own outcome stands
+                log.warning("stopping Ray: %s", e)
 
 
 def close_pool() -> None:
