@@ -38,28 +38,19 @@ def sim4(tmp_path_factory):
     from orchestrator.launching.pool import NICENESS_ENV, PRESTART_ENV, close_pool
 
     state = tmp_path_factory.mktemp("launch") / "sim"
-    saved = os.environ.get("DVFS_SIM_STATE_DIR")
-    os.environ["DVFS_SIM_STATE_DIR"] = str(state)
-    # the machine every sweep here runs on
-    open_backend({"backend": "sim", "count": 4, **BRIEF_SIM}).close()
-    ray_env = {NICENESS_ENV: "0", PRESTART_ENV: "0"}
-    saved_ray_env = {k: os.environ.get(k) for k in ray_env}
-    os.environ.update(ray_env)  # read by the raylet as ray.init starts it
-    ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
-    try:
-        yield state
-    finally:
-        close_pool()
-        ray.shutdown()
-        for k, v in saved_ray_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        if saved is None:
-            os.environ.pop("DVFS_SIM_STATE_DIR", None)
-        else:
-            os.environ["DVFS_SIM_STATE_DIR"] = saved
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DVFS_SIM_STATE_DIR", str(state))
+        # the machine every sweep here runs on
+        open_backend({"backend": "sim", "count": 4, **BRIEF_SIM}).close()
+        env.setenv(NICENESS_ENV, "0")  # read by the raylet as ray.init starts it
+        env.setenv(PRESTART_ENV, "0")
+        ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False,
+                 log_to_driver=False)
+        try:
+            yield state
+        finally:
+            close_pool()
+            ray.shutdown()
 
 
 def sweep(*overrides: str) -> int:
